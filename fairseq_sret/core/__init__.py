@@ -1,0 +1,30 @@
+"""Pure-PyTorch building blocks of the Sliced Recursive Transformer (no fairseq import).
+
+- :class:`SlicedGroupAttention`: the one attention module (NMT and vision).
+- :class:`LearnableResidual`: LRC.
+- :class:`NonLinearProjection`: NLL.
+- :class:`SReTBlock`: the shared transformer layer.
+- :class:`Recursive`: a shared layer applied N times with an NLL after each application.
+"""
+
+from .attention import SlicedGroupAttention, reorder_cache
+from .block import SReTBlock
+from .drop_path import DropPath
+from .feedforward import FeedForward, NonLinearProjection, get_activation
+from .partition import PARTITION_MODES, compute_partition
+from .recursion import Recursive
+from .residual import LearnableResidual
+
+__all__ = [
+    "DropPath",
+    "FeedForward",
+    "LearnableResidual",
+    "NonLinearProjection",
+    "PARTITION_MODES",
+    "Recursive",
+    "SReTBlock",
+    "SlicedGroupAttention",
+    "compute_partition",
+    "get_activation",
+    "reorder_cache",
+]

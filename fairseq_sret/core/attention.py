@@ -1,0 +1,304 @@
+"""Sliced group multi-head attention: the single attention module of fairseq-sret.
+
+Used by the NMT encoder (self-attention), the NMT decoder (causal self-attention with an
+incremental cache, and cross-attention) and the vision models.
+"""
+
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .partition import check_partition_mode, compute_partition, group_of_position
+
+AttentionCache = Dict[str, Tensor]
+
+
+def _as_tuple(value, name) -> tuple:
+    if isinstance(value, (int, str)):
+        return (value,)
+    value = tuple(value)
+    if len(value) == 0:
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+class SlicedGroupAttention(nn.Module):
+    """Multi-head attention whose queries and keys are partitioned into groups.
+
+    With ``groups[r] = G`` at recursion ``r``, the tokens of each sequence are split into
+    G groups (see :mod:`fairseq_sret.core.partition`) and every token attends only to the
+    tokens of its own group; outputs come back in the input order. ``G = 1`` is standard
+    multi-head attention (Vaswani et al., the paper's Eq. 2).
+
+    Args:
+        embed_dim: model width C.
+        num_heads: H, must divide C.
+        groups: group count per recursion index, e.g. ``(8, 2)``; an int means the same
+            for every recursion that is asked for.
+        partition: partition mode per recursion (``contiguous``, ``strided``, ``random``);
+            a single string applies to all.
+        causal: mask future positions (decoder self-attention).
+        cross_attention: queries attend to a separate key/value sequence (groups must be 1).
+        bias: bias on the input and output projections.
+        dropout: dropout on the attention probabilities.
+
+    Parameters: ``qkv`` (3C x C, rows ordered q, k, v as in ``nn.MultiheadAttention``'s
+    ``in_proj_weight``) and ``out_proj`` (C x C).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        groups: Union[int, Sequence[int]] = 1,
+        partition: Union[str, Sequence[str]] = "contiguous",
+        causal: bool = False,
+        cross_attention: bool = False,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if num_heads < 1 or embed_dim % num_heads != 0:
+            raise ValueError(
+                f"num_heads={num_heads} must be >= 1 and divide embed_dim={embed_dim}"
+            )
+        self.groups = _as_tuple(groups, "groups")
+        self.partition = tuple(check_partition_mode(m) for m in _as_tuple(partition, "partition"))
+        if any((not isinstance(g, int)) or g < 1 for g in self.groups):
+            raise ValueError(f"groups must be integers >= 1, got {list(self.groups)}")
+        if len(self.partition) not in (1, len(self.groups)) and len(self.groups) != 1:
+            raise ValueError(
+                f"partition lists {len(self.partition)} modes for {len(self.groups)} group counts;"
+                " give one mode or one per recursion"
+            )
+        if cross_attention and any(g != 1 for g in self.groups):
+            raise ValueError("cross-attention does not support groups > 1")
+        if causal:
+            for r in range(max(len(self.groups), len(self.partition))):
+                if self.groups_at(r) > 1 and self.partition_at(r) == "contiguous":
+                    raise ValueError(
+                        "causal attention cannot use the 'contiguous' partition with groups > 1"
+                        f" (recursion {r}): slice boundaries depend on the final length, which"
+                        " is unknown during incremental decoding; use 'strided' or 'random'"
+                    )
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.causal = causal
+        self.cross_attention = cross_attention
+        self.dropout = dropout
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def groups_at(self, recursion: int) -> int:
+        return self.groups[recursion] if len(self.groups) > 1 else self.groups[0]
+
+    def partition_at(self, recursion: int) -> str:
+        return self.partition[recursion] if len(self.partition) > 1 else self.partition[0]
+
+    def _check_recursion(self, recursion: int) -> None:
+        n = max(len(self.groups), len(self.partition))
+        if n > 1 and not 0 <= recursion < n:
+            raise IndexError(
+                f"recursion index {recursion} out of range: groups are configured for {n} recursions"
+            )
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, groups={list(self.groups)},"
+            f" partition={list(self.partition)}, causal={self.causal}, cross={self.cross_attention}"
+        )
+
+    # ------------------------------------------------------------------ projections
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, C) -> (B, H, L, d)"""
+        b, l, _ = x.shape
+        return x.view(b, l, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        """(B, H, L, d) -> (B, L, C)"""
+        b, _, l, _ = x.shape
+        return x.transpose(1, 2).reshape(b, l, self.embed_dim)
+
+    def _project_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
+        c = self.embed_dim
+        bias = self.qkv.bias[c:] if self.qkv.bias is not None else None
+        k, v = F.linear(memory, self.qkv.weight[c:], bias).chunk(2, dim=-1)
+        return self._split_heads(k), self._split_heads(v)
+
+    def _project_q(self, x: Tensor) -> Tensor:
+        c = self.embed_dim
+        bias = self.qkv.bias[:c] if self.qkv.bias is not None else None
+        return self._split_heads(F.linear(x, self.qkv.weight[:c], bias))
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], is_causal: bool) -> Tensor:
+        """SDPA with rows that have no allowed key zeroed instead of NaN.
+
+        q: (N, H, Lq, d); k, v: (N, H, Lk, d); mask: bool, True = may attend, broadcastable
+        to (N, H, Lq, Lk).
+        """
+        dropout = self.dropout if self.training else 0.0
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
+        row_has_key = mask.any(dim=-1, keepdim=True)
+        safe_mask = mask | ~row_has_key
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout)
+        if not bool(row_has_key.all()):
+            out = out * row_has_key.to(out.dtype)
+        return out
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        x: Tensor,
+        memory: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        recursion: int = 0,
+        cache: Optional[AttentionCache] = None,
+    ) -> Tensor:
+        """Attend from ``x`` to itself (or to ``memory`` for cross-attention).
+
+        Args:
+            x: (B, L, C) queries (and keys/values for self-attention).
+            memory: (B, Lk, C) keys/values for cross-attention.
+            key_padding_mask: (B, Lk) bool, True marks padding keys.
+            recursion: index of the current application of the shared layer; selects the
+                group count and partition mode.
+            cache: a dict owned by the caller for incremental decoding (one per layer
+                application). Self-attention appends this step's keys and values;
+                cross-attention stores the projected memory once.
+        Returns:
+            (B, L, C)
+        """
+        self._check_recursion(recursion)
+        if self.cross_attention:
+            return self._forward_cross(x, memory, key_padding_mask, cache)
+        if memory is not None:
+            raise ValueError("memory is only used by cross-attention modules")
+        if cache is not None:
+            return self._forward_incremental(x, key_padding_mask, recursion, cache)
+
+        batch, length, _ = x.shape
+        groups = min(self.groups_at(recursion), length)
+        qkv = self.qkv(x)
+        if groups > 1:
+            return self.out_proj(self._forward_grouped(qkv, key_padding_mask, recursion, groups))
+        q, k, v = (self._split_heads(t) for t in qkv.chunk(3, dim=-1))
+        mask = None
+        if key_padding_mask is not None:
+            mask = ~key_padding_mask[:, None, None, :]
+            if self.causal:
+                mask = mask & torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+        out = self._attend(q, k, v, mask, is_causal=self.causal and mask is None)
+        return self.out_proj(self._merge_heads(out))
+
+    def _forward_grouped(
+        self, qkv: Tensor, key_padding_mask: Optional[Tensor], recursion: int, groups: int
+    ) -> Tensor:
+        """qkv: (B, L, 3C) projected input -> attention output (B, L, C) before out_proj."""
+        batch, length, _ = qkv.shape
+        channels = self.embed_dim
+        mode = self.partition_at(recursion)
+        if mode == "random" and not self.training:
+            mode = "strided"
+        valid = None if key_padding_mask is None else ~key_padding_mask
+        # Contiguous equal slices of an unpadded batch are a plain reshape (no gather).
+        in_order = valid is None and mode == "contiguous" and length % groups == 0
+        if in_order:
+            width = length // groups
+            slot_valid = inverse = None
+            packed = qkv
+        else:
+            slots, slot_valid, inverse = compute_partition(valid, length, groups, mode, qkv.device)
+            width = slots.size(1) // groups
+        if in_order:
+            pass
+        elif slots.size(0) == 1:
+            packed = qkv.index_select(1, slots[0])
+        else:
+            packed = qkv.gather(1, slots.unsqueeze(-1).expand(-1, -1, 3 * channels))
+        # (B, G*S, 3C) -> 3 x (B*G, H, S, d)
+        packed = packed.view(batch * groups, width, 3, self.num_heads, self.head_dim)
+        gq, gk, gv = packed.permute(2, 0, 3, 1, 4).unbind(0)
+
+        mask = None
+        if slot_valid is not None and not bool(slot_valid.all()):
+            key_ok = slot_valid.view(-1, groups, width).expand(batch, -1, -1).reshape(batch * groups, 1, 1, width)
+            mask = key_ok
+            if self.causal:
+                # positions increase inside a group and empty slots sit at the end, so the
+                # slot order is the causal order
+                mask = mask & torch.ones(width, width, dtype=torch.bool, device=qkv.device).tril()
+        out = self._attend(gq, gk, gv, mask, is_causal=self.causal and mask is None)
+        out = out.permute(0, 2, 1, 3).reshape(batch, groups * width, channels)
+        if in_order:
+            pass
+        elif inverse.size(0) == 1:
+            out = out.index_select(1, inverse[0])
+        else:
+            out = out.gather(1, inverse.unsqueeze(-1).expand(-1, -1, channels))
+        if valid is not None:
+            out = out * valid.unsqueeze(-1).to(out.dtype)
+        return out
+
+    def _forward_incremental(
+        self, x: Tensor, key_padding_mask: Optional[Tensor], recursion: int, cache: AttentionCache
+    ) -> Tensor:
+        """Causal self-attention for new steps x (B, T_new, C) given cached keys/values."""
+        if not self.causal:
+            raise ValueError("incremental decoding needs a causal self-attention module")
+        groups = self.groups_at(recursion)
+        if groups > 1 and self.partition_at(recursion) == "random" and self.training:
+            raise RuntimeError(
+                "incremental decoding with a random partition needs eval() mode (the"
+                " deterministic strided partition); call model.eval() before decoding"
+            )
+        q, k, v = (self._split_heads(t) for t in self.qkv(x).chunk(3, dim=-1))
+        if "k" in cache:
+            k = torch.cat([cache["k"], k], dim=2)
+            v = torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = k, v
+        total, new = k.size(2), q.size(2)
+        if key_padding_mask is not None and key_padding_mask.size(1) != total:
+            raise ValueError(
+                f"key_padding_mask covers {key_padding_mask.size(1)} positions, cache + input has {total}"
+            )
+        positions = torch.arange(total, device=x.device)
+        mask = positions[None, :] <= positions[total - new:, None]  # (T_new, total)
+        mask = mask[None, None]
+        if key_padding_mask is not None:
+            mask = mask & ~key_padding_mask[:, None, None, :]
+        if groups > 1:
+            valid = None if key_padding_mask is None else ~key_padding_mask
+            group = group_of_position(valid, total, groups, x.device)  # (B|1, total)
+            same = group[:, None, total - new:, None] == group[:, None, None, :]
+            mask = mask & same
+        if new == 1 and key_padding_mask is None and groups == 1:
+            mask = None  # one query attending to every cached key: no mask needed
+        out = self._attend(q, k, v, mask, is_causal=False)
+        return self.out_proj(self._merge_heads(out))
+
+    def _forward_cross(
+        self, x: Tensor, memory: Optional[Tensor], key_padding_mask: Optional[Tensor],
+        cache: Optional[AttentionCache],
+    ) -> Tensor:
+        if cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            if memory is None:
+                raise ValueError("cross-attention needs memory (the encoder output)")
+            k, v = self._project_kv(memory)
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
+        q = self._project_q(x)
+        mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
+        out = self._attend(q, k, v, mask, is_causal=False)
+        return self.out_proj(self._merge_heads(out))
+
+
+def reorder_cache(cache: AttentionCache, new_order: Tensor) -> None:
+    """Select batch entries of an incremental cache in place (beam search reordering)."""
+    for name, value in cache.items():
+        cache[name] = value.index_select(0, new_order)

@@ -1,0 +1,104 @@
+"""The transformer layer that SReT re-applies (paper Eq. 1 with LRC, Eq. 7)."""
+
+from typing import Callable, Dict, Optional, Sequence, Union
+
+from torch import Tensor, nn
+
+from .attention import AttentionCache, SlicedGroupAttention
+from .drop_path import DropPath
+from .feedforward import FeedForward
+from .residual import LearnableResidual
+
+BlockCache = Dict[str, AttentionCache]
+
+
+class SReTBlock(nn.Module):
+    """Self-attention [+ cross-attention] + FFN, each a residual sub-layer with LRC.
+
+    Pre-LN (``normalize_before=True``, the paper's Eq. 1): ``x = res(x, drop(f(LN(x))))``.
+    Post-LN (fairseq's NMT default): ``x = LN(res(x, drop(f(x))))``.
+    ``res`` is :class:`LearnableResidual` (plain ``x + f(x)`` when ``lrc=False``).
+
+    Sub-modules: ``self_attn``, ``self_attn_norm``, ``self_attn_residual``; with
+    ``cross_attention``: ``cross_attn``, ``cross_attn_norm``, ``cross_attn_residual``;
+    then ``ffn``, ``ffn_norm``, ``ffn_residual``.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        ffn_dim: int,
+        groups: Union[int, Sequence[int]] = 1,
+        partition: Union[str, Sequence[str]] = "contiguous",
+        causal: bool = False,
+        cross_attention: bool = False,
+        normalize_before: bool = True,
+        lrc: bool = True,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "gelu",
+        qkv_bias: bool = True,
+        drop_path: float = 0.0,
+        norm_eps: float = 1e-5,
+    ):
+        super().__init__()
+        self.normalize_before = normalize_before
+        self.self_attn = SlicedGroupAttention(
+            embed_dim, num_heads, groups, partition, causal=causal, bias=qkv_bias,
+            dropout=attention_dropout,
+        )
+        self.self_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.self_attn_residual = LearnableResidual(lrc)
+        self.cross_attn = None
+        if cross_attention:
+            self.cross_attn = SlicedGroupAttention(
+                embed_dim, num_heads, 1, cross_attention=True, bias=qkv_bias,
+                dropout=attention_dropout,
+            )
+            self.cross_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+            self.cross_attn_residual = LearnableResidual(lrc)
+        self.ffn = FeedForward(embed_dim, ffn_dim, activation, activation_dropout)
+        self.ffn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.ffn_residual = LearnableResidual(lrc)
+        self.dropout = nn.Dropout(dropout)
+        self.drop_path = DropPath(drop_path)
+
+    def _sublayer(self, x: Tensor, norm: nn.LayerNorm, residual: LearnableResidual, fn: Callable) -> Tensor:
+        skip = x
+        if self.normalize_before:
+            x = norm(x)
+        x = residual(skip, self.drop_path(self.dropout(fn(x))))
+        if not self.normalize_before:
+            x = norm(x)
+        return x
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Optional[Tensor] = None,
+        memory: Optional[Tensor] = None,
+        memory_padding_mask: Optional[Tensor] = None,
+        recursion: int = 0,
+        cache: Optional[BlockCache] = None,
+    ) -> Tensor:
+        """x: (B, L, C); memory: (B, Lk, C); masks True at padding. Returns (B, L, C).
+
+        ``cache`` (incremental decoding) is a dict owned by the caller for this application
+        of the layer; it holds one attention cache per attention module.
+        """
+        self_cache = cross_cache = None
+        if cache is not None:
+            self_cache = cache.setdefault("self_attn", {})
+            cross_cache = cache.setdefault("cross_attn", {})
+        x = self._sublayer(
+            x, self.self_attn_norm, self.self_attn_residual,
+            lambda h: self.self_attn(h, key_padding_mask=key_padding_mask, recursion=recursion, cache=self_cache),
+        )
+        if self.cross_attn is not None:
+            x = self._sublayer(
+                x, self.cross_attn_norm, self.cross_attn_residual,
+                lambda h: self.cross_attn(h, memory=memory, key_padding_mask=memory_padding_mask, cache=cross_cache),
+            )
+        return self._sublayer(x, self.ffn_norm, self.ffn_residual, self.ffn)

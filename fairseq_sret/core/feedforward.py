@@ -1,0 +1,63 @@
+"""Position-wise MLPs: the transformer FFN (paper Eq. 3) and the NLL (paper Eq. 5/8)."""
+
+from typing import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .residual import LearnableResidual
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_accurate": lambda x: F.gelu(x, approximate="tanh"),
+    "tanh": lambda x: x.tanh(),
+    "silu": F.silu,
+    "linear": lambda x: x,
+}
+
+
+def get_activation(name: str) -> Callable:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; allowed values: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+class FeedForward(nn.Module):
+    """``fc2(dropout(act(fc1(x))))``: (..., C) -> (..., C) with hidden width ``hidden_dim``."""
+
+    def __init__(self, dim: int, hidden_dim: int, activation: str = "gelu", activation_dropout: float = 0.0):
+        super().__init__()
+        if hidden_dim < 1:
+            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
+        self.activation = activation
+        self.act = get_activation(activation)
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.activation_dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.activation_dropout(self.act(self.fc1(x))))
+
+
+class NonLinearProjection(nn.Module):
+    """NLL between two applications of a shared layer (paper Eq. 5, with LRC Eq. 8).
+
+    ``NLL(z) = zeta * MLP(LN(z)) + theta * z`` with its own hidden ratio; never shared.
+    (..., C) -> (..., C)
+    """
+
+    def __init__(
+        self, dim: int, hidden_ratio: float = 1.0, lrc: bool = True, activation: str = "gelu",
+        dropout: float = 0.0, activation_dropout: float = 0.0, norm_eps: float = 1e-5,
+    ):
+        super().__init__()
+        if hidden_ratio <= 0:
+            raise ValueError(f"NLL hidden_ratio must be > 0, got {hidden_ratio}")
+        self.norm = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = FeedForward(dim, int(dim * hidden_ratio), activation, activation_dropout)
+        self.dropout = nn.Dropout(dropout)
+        self.residual = LearnableResidual(lrc)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.residual(x, self.dropout(self.mlp(self.norm(x))))

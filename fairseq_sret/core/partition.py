@@ -1,0 +1,127 @@
+"""Token partitions for sliced group self-attention (paper Sec. 4, Appendix Alg. 1).
+
+A partition assigns every real (non-padding) token of a sequence to one of ``G`` groups;
+attention is then computed inside each group only. Groups are packed into a dense tensor
+of ``G`` slots rows of width ``S`` (the largest group) so one batched attention call
+handles all of them.
+
+Partition modes (the real tokens of each sequence are ranked ``0 .. n-1`` in order):
+
+- ``contiguous``: consecutive slices of near-equal size (sizes differ by at most one;
+  equal to the official code's ``reshape`` when ``n`` is divisible by ``G``).
+- ``strided``: token of rank ``r`` goes to group ``r mod G``. Depends only on the rank,
+  so it is prefix-consistent and usable for incremental (causal) decoding.
+- ``random``: a fresh uniformly random partition in every training forward (the
+  official code's permutation + inverse permutation). In ``eval()`` it is replaced by
+  ``strided`` so that inference is deterministic.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+PARTITION_MODES = ("contiguous", "strided", "random")
+
+
+def check_partition_mode(mode: str) -> str:
+    if mode not in PARTITION_MODES:
+        raise ValueError(
+            f"unknown partition mode {mode!r}; allowed values: {', '.join(PARTITION_MODES)}"
+        )
+    return mode
+
+
+def _group_of_rank(rank: Tensor, count: Tensor, groups: int, mode: str) -> Tensor:
+    """Group index of each token given its rank among the ``count`` real tokens.
+
+    rank: (B, L) long, count: (B, 1) long. Returns (B, L) long in [0, groups).
+    """
+    if mode == "strided":
+        return rank % groups
+    # contiguous, balanced: the first ``count % groups`` slices hold one token more.
+    base = count // groups
+    rem = count % groups
+    big = rem * (base + 1)
+    in_big = rank < big
+    small_group = rem + (rank - big) // base.clamp(min=1)
+    return torch.where(in_big, rank // (base + 1), small_group)
+
+
+def compute_partition(
+    valid: Optional[Tensor],
+    length: int,
+    groups: int,
+    mode: str,
+    device: torch.device,
+    generator: Optional[torch.Generator] = None,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Pack the real tokens of each sequence into ``groups`` rows of slots.
+
+    Args:
+        valid: (B, L) bool, True for real tokens; None when nothing is padded (then one
+            partition is shared by the whole batch and the returned tensors have B=1).
+        length: L.
+        groups: G >= 1. The caller caps it at L (more groups than tokens only adds
+            empty groups).
+        mode: ``contiguous``, ``strided`` or ``random`` (random draws a new partition).
+
+    Returns:
+        slots: (B, G*S) long, the position held by each slot, group-major, positions
+            increasing inside a group; empty slots hold 0 (any valid index) and are
+            flagged by ``slot_valid``.
+        slot_valid: (B, G*S) bool.
+        inverse: (B, L) long, the slot holding each position (0 for padded positions).
+    """
+    batch = 1 if valid is None else valid.size(0)
+    positions = torch.arange(length, device=device).expand(batch, length)
+    if valid is None:
+        valid = torch.ones(batch, length, dtype=torch.bool, device=device)
+    count = valid.sum(dim=1, keepdim=True)
+    rank = valid.cumsum(dim=1) - 1
+    if mode == "random":
+        # A uniformly random order of the real tokens; padded tokens sort last.
+        keys = torch.rand(batch, length, device=device, generator=generator)
+        keys = keys.masked_fill(~valid, 2.0)
+        order = keys.argsort(dim=1)
+        rank = torch.empty_like(order).scatter_(1, order, positions.contiguous())
+        group = _group_of_rank(rank, count, groups, "contiguous")
+    else:
+        group = _group_of_rank(rank, count, groups, mode)
+    group = group.masked_fill(~valid, groups)  # padded tokens: a virtual group past the end
+
+    # Sort tokens group-major, by position inside a group.
+    sort_key = group * length + positions
+    sorted_key, sorted_pos = sort_key.sort(dim=1)
+    sorted_group = sorted_key // length
+    sizes = torch.zeros(batch, groups + 1, dtype=torch.long, device=device)
+    sizes.scatter_add_(1, group, torch.ones_like(group))
+    sizes = sizes[:, :groups]
+    width = max(int(sizes.max()), 1)
+    starts = sizes.cumsum(dim=1) - sizes
+    in_group = sorted_group < groups
+    safe_group = sorted_group.clamp(max=groups - 1)
+    slot_in_group = torch.arange(length, device=device) - starts.gather(1, safe_group)
+    flat_slot = safe_group * width + slot_in_group
+
+    slots = torch.zeros(batch, groups * width, dtype=torch.long, device=device)
+    slot_valid = torch.zeros(batch, groups * width, dtype=torch.bool, device=device)
+    trash = groups * width  # scatter target for padded tokens, dropped afterwards
+    target = torch.where(in_group, flat_slot, torch.full_like(flat_slot, trash))
+    slots = torch.cat([slots, slots.new_zeros(batch, 1)], dim=1)
+    slot_valid = torch.cat([slot_valid, slot_valid.new_zeros(batch, 1)], dim=1)
+    slots.scatter_(1, target, sorted_pos.contiguous())
+    slot_valid.scatter_(1, target, in_group)
+    slots, slot_valid = slots[:, :trash], slot_valid[:, :trash]
+
+    inverse = torch.zeros(batch, length, dtype=torch.long, device=device)
+    inverse.scatter_(1, sorted_pos.contiguous(), torch.where(in_group, flat_slot, 0))
+    return slots, slot_valid, inverse
+
+
+def group_of_position(valid: Optional[Tensor], length: int, groups: int, device) -> Tensor:
+    """Strided group index of every position (B or 1, L); padded positions get -1."""
+    if valid is None:
+        return (torch.arange(length, device=device) % groups).unsqueeze(0)
+    rank = valid.cumsum(dim=1) - 1
+    return torch.where(valid, rank % groups, torch.full_like(rank, -1))

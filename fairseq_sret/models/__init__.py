@@ -1,0 +1,1 @@
+"""fairseq adapters: importing this module registers the SReT architectures with fairseq."""

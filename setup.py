@@ -1,0 +1,32 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq-sret",
+    version="0.1.0",
+    description="Sliced Recursive Transformer (SReT, ECCV 2022) for fairseq NMT and vision",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["fairseq_sret", "fairseq_sret.*"]),
+    python_requires=">=3.8",
+    install_requires=[
+        # Install torch before this package (scripts/setup_env.sh does): a bare torch
+        # requirement resolved by pip can pull a multi-GB CUDA build.
+        "torch>=2.0",
+        # fairseq 0.12.2 (the last PyPI release) cannot be imported on Python >= 3.11;
+        # fairseq-fixed is fairseq's main branch with the 3.11 fixes (same `fairseq` module).
+        'fairseq==0.12.2; python_version < "3.11"',
+        'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
+        "sacrebleu>=2.0",
+        "sentencepiece",
+        "sacremoses",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis"],
+        "plot": ["matplotlib"],
+    },
+    classifiers=[
+        "License :: OSI Approved :: MIT License",
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

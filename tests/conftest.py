@@ -1,0 +1,17 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SRET_SHARED", REPO.parent / "shared"))
+
+
+@pytest.fixture
+def shared_dir():
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data folder {SHARED} not present")
+    return SHARED
