@@ -9,5 +9,13 @@ import importlib.util
 
 __version__ = "0.1.0"
 
-if importlib.util.find_spec("fairseq") is not None:
+
+def _fairseq_installed() -> bool:
+    try:
+        return importlib.util.find_spec("fairseq") is not None
+    except (ImportError, ValueError):  # e.g. sys.modules["fairseq"] = None to hide it
+        return False
+
+
+if _fairseq_installed():
     from . import models  # noqa: F401  (registers the fairseq architectures)
