@@ -91,6 +91,16 @@ class SlicedGroupAttention(nn.Module):
         self.dropout = dropout
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """fairseq's initialisation: Xavier-uniform per q/k/v block (gain 1/sqrt 2), zero biases."""
+        for block in self.qkv.weight.data.chunk(3, dim=0):
+            nn.init.xavier_uniform_(block, gain=2 ** -0.5)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        for linear in (self.qkv, self.out_proj):
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
 
     def groups_at(self, recursion: int) -> int:
         return self.groups[recursion] if len(self.groups) > 1 else self.groups[0]
@@ -261,10 +271,7 @@ class SlicedGroupAttention(nn.Module):
             v = torch.cat([cache["v"], v], dim=2)
         cache["k"], cache["v"] = k, v
         total, new = k.size(2), q.size(2)
-        if key_padding_mask is not None and key_padding_mask.size(1) != total:
-            raise ValueError(
-                f"key_padding_mask covers {key_padding_mask.size(1)} positions, cache + input has {total}"
-            )
+        key_padding_mask = self._extend_cached_padding(key_padding_mask, cache, total, new)
         positions = torch.arange(total, device=x.device)
         mask = positions[None, :] <= positions[total - new:, None]  # (T_new, total)
         mask = mask[None, None]
@@ -279,6 +286,32 @@ class SlicedGroupAttention(nn.Module):
             mask = None  # one query attending to every cached key: no mask needed
         out = self._attend(q, k, v, mask, is_causal=False)
         return self.out_proj(self._merge_heads(out))
+
+    @staticmethod
+    def _extend_cached_padding(
+        key_padding_mask: Optional[Tensor], cache: AttentionCache, total: int, new: int
+    ) -> Optional[Tensor]:
+        """Padding mask over cache + new steps; accepts a mask for the new steps only."""
+        cached = cache.get("key_padding_mask")
+        if key_padding_mask is None and cached is None:
+            return None
+        if key_padding_mask is not None and key_padding_mask.size(1) == total:
+            full = key_padding_mask
+        else:
+            batch = (key_padding_mask if key_padding_mask is not None else cached).size(0)
+            device = (key_padding_mask if key_padding_mask is not None else cached).device
+            if cached is None:
+                cached = torch.zeros(batch, total - new, dtype=torch.bool, device=device)
+            if key_padding_mask is None:
+                key_padding_mask = torch.zeros(batch, new, dtype=torch.bool, device=device)
+            if cached.size(1) + key_padding_mask.size(1) != total:
+                raise ValueError(
+                    f"key_padding_mask covers {key_padding_mask.size(1)} positions; expected"
+                    f" {new} (new steps) or {total} (cache + new steps)"
+                )
+            full = torch.cat([cached, key_padding_mask], dim=1)
+        cache["key_padding_mask"] = full
+        return full
 
     def _forward_cross(
         self, x: Tensor, memory: Optional[Tensor], key_padding_mask: Optional[Tensor],

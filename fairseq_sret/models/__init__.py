@@ -1,1 +1,4 @@
 """fairseq adapters: importing this module registers the SReT architectures with fairseq."""
+
+from . import checkpoint_loading  # noqa: F401  (allow-lists what our checkpoints contain)
+from . import sret_transformer  # noqa: F401

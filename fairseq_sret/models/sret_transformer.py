@@ -1,0 +1,429 @@
+"""fairseq encoder-decoder with recursive SReT layers (``--arch sret_transformer_*``).
+
+Embeddings, positional embeddings, dropout, the output projection and embedding sharing
+are fairseq's own (we subclass its transformer); only the layers differ. Each fairseq
+"layer" here is one *unique* layer applied ``recursions`` times (weights shared), with a
+non-shared NLL after every application (paper Eq. 6), LRC on every residual (Eq. 7-8)
+and sliced group self-attention (Sec. 4), all from :mod:`fairseq_sret.core`.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor, nn
+
+from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.incremental_decoding_utils import with_incremental_state
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    DEFAULT_MAX_SOURCE_POSITIONS,
+    DEFAULT_MAX_TARGET_POSITIONS,
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+)
+
+from ..core import NonLinearProjection, Recursive, SReTBlock, reorder_cache
+from ..core.partition import PARTITION_MODES
+
+
+@dataclass
+class SReTOptions(FairseqDataclass):
+    """The SReT-specific options (everything else is fairseq's transformer config)."""
+
+    encoder_recursions: int = field(
+        default=2, metadata={"help": "applications of each (weight-shared) encoder layer"}
+    )
+    decoder_recursions: int = field(
+        default=2, metadata={"help": "applications of each (weight-shared) decoder layer"}
+    )
+    encoder_groups: str = field(
+        default="1", metadata={"help": "encoder self-attention groups per recursion, e.g. '2,1'"
+                               " (one value applies to every recursion)"}
+    )
+    decoder_groups: str = field(
+        default="1", metadata={"help": "decoder self-attention groups per recursion, e.g. '2,1'"}
+    )
+    encoder_partition: str = field(
+        default="auto",
+        metadata={"help": f"encoder partition mode per recursion ({', '.join(PARTITION_MODES)});"
+                  " 'auto' = contiguous for the first recursion, random for the later ones"
+                  " (the official SReT scheme)"},
+    )
+    decoder_partition: str = field(
+        default="auto",
+        metadata={"help": "decoder partition mode per recursion (strided or random: causal"
+                  " decoding cannot use contiguous slices); 'auto' = strided, then random"},
+    )
+    nll_ratio: float = field(
+        default=1.0, metadata={"help": "hidden ratio of the NLL between recursions (0 = no NLL)"}
+    )
+    no_lrc: bool = field(
+        default=False, metadata={"help": "plain residual connections instead of LRC"}
+    )
+    post_ln: bool = field(
+        default=False, metadata={"help": "post-LN layers (fairseq's transformer default) instead"
+                                 " of the pre-LN layers of the paper; overrides"
+                                 " --encoder/decoder-normalize-before"}
+    )
+    checkpoint_recursions: bool = field(
+        default=False, metadata={"help": "activation checkpointing of every layer application:"
+                                 " memory grows with unique layers, not total depth"}
+    )
+
+
+def _parse_list(value, cast, option: str, recursions: int) -> tuple:
+    items = [v.strip() for v in str(value).split(",") if v.strip()]
+    try:
+        parsed = tuple(cast(v) for v in items)
+    except ValueError:
+        raise ValueError(f"--{option} must be a comma-separated list, got {value!r}") from None
+    if len(parsed) not in (1, recursions):
+        raise ValueError(
+            f"--{option} has {len(parsed)} values but there are {recursions} recursions;"
+            f" give one value or {recursions}"
+        )
+    return parsed
+
+
+_AUTO_PARTITION = {"encoder": ("contiguous", "random"), "decoder": ("strided", "random")}
+
+
+def partition_modes(args, side: str) -> tuple:
+    """Partition mode per recursion for ``side``, resolving 'auto'."""
+    recursions = getattr(args, f"{side}_recursions")
+    value = getattr(args, f"{side}_partition")
+    if value == "auto":
+        first, later = _AUTO_PARTITION[side]
+        return (first,) + (later,) * (recursions - 1)
+    return _parse_list(value, str, f"{side}-partition", recursions)
+
+
+def check_sret_options(args) -> None:
+    """Fail at model build, naming the option, for every invalid SReT configuration."""
+    for side in ("encoder", "decoder"):
+        recursions = getattr(args, f"{side}_recursions")
+        if not isinstance(recursions, int) or recursions < 1:
+            raise ValueError(f"--{side}-recursions must be an integer >= 1, got {recursions!r}")
+        groups = _parse_list(getattr(args, f"{side}_groups"), int, f"{side}-groups", recursions)
+        if any(g < 1 for g in groups):
+            raise ValueError(f"--{side}-groups values must be >= 1, got {list(groups)}")
+        modes = partition_modes(args, side)
+        for mode in modes:
+            if mode not in PARTITION_MODES:
+                raise ValueError(
+                    f"--{side}-partition: unknown mode {mode!r}; allowed values: {', '.join(PARTITION_MODES)}"
+                )
+        dim = getattr(args, f"{side}_embed_dim")
+        heads = getattr(args, f"{side}_attention_heads")
+        if heads < 1 or dim % heads != 0:
+            raise ValueError(
+                f"--{side}-attention-heads={heads} must be >= 1 and divide --{side}-embed-dim={dim}"
+            )
+        if getattr(args, f"{side}_layers") < 1:
+            raise ValueError(f"--{side}-layers must be >= 1")
+    decoder_groups = _parse_list(args.decoder_groups, int, "decoder-groups", args.decoder_recursions)
+    decoder_modes = partition_modes(args, "decoder")
+    for r in range(args.decoder_recursions):
+        g = decoder_groups[r if len(decoder_groups) > 1 else 0]
+        m = decoder_modes[r if len(decoder_modes) > 1 else 0]
+        if g > 1 and m == "contiguous":
+            raise ValueError(
+                "--decoder-partition: 'contiguous' cannot be used with --decoder-groups > 1"
+                " (slice boundaries depend on the final target length, unknown while"
+                " decoding); allowed values: strided, random"
+            )
+    if args.nll_ratio < 0:
+        raise ValueError(f"--nll-ratio must be >= 0 (0 disables the NLL), got {args.nll_ratio}")
+    if getattr(args, "encoder_layerdrop", 0) or getattr(args, "decoder_layerdrop", 0):
+        raise ValueError("--encoder-layerdrop/--decoder-layerdrop are not supported by sret_transformer")
+    if getattr(args, "cross_self_attention", False):
+        raise ValueError("--cross-self-attention is not supported by sret_transformer")
+    if getattr(args, "checkpoint_activations", False):
+        raise ValueError(
+            "--checkpoint-activations wraps fairseq's own layers; use --checkpoint-recursions"
+            " for sret_transformer"
+        )
+
+
+def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) -> Recursive:
+    recursions = getattr(args, f"{side}_recursions")
+    dim = getattr(args, f"{side}_embed_dim")
+    normalize_before = (not args.post_ln) and getattr(args, f"{side}_normalize_before")
+    block = SReTBlock(
+        embed_dim=dim,
+        num_heads=getattr(args, f"{side}_attention_heads"),
+        ffn_dim=getattr(args, f"{side}_ffn_embed_dim"),
+        groups=_parse_list(getattr(args, f"{side}_groups"), int, f"{side}-groups", recursions),
+        partition=partition_modes(args, side),
+        causal=causal,
+        cross_attention=cross_attention,
+        normalize_before=normalize_before,
+        lrc=not args.no_lrc,
+        dropout=args.dropout,
+        attention_dropout=args.attention_dropout,
+        activation_dropout=args.activation_dropout,
+        activation=args.activation_fn,
+    )
+    make_nll = None
+    if args.nll_ratio > 0:
+        def make_nll(_index):
+            return NonLinearProjection(
+                dim, args.nll_ratio, lrc=not args.no_lrc, activation=args.activation_fn,
+                dropout=args.dropout, activation_dropout=args.activation_dropout,
+            )
+    return Recursive(block, recursions, make_nll, checkpoint=args.checkpoint_recursions)
+
+
+class SReTEncoderLayer(nn.Module):
+    """One unique encoder layer applied ``recursions`` times; fairseq's layer interface."""
+
+    def __init__(self, args):
+        super().__init__()
+        self.recursive = build_recursive_block(args, "encoder", causal=False, cross_attention=False)
+
+    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attn_mask=None) -> Tensor:
+        """x: (T, B, C), encoder_padding_mask: (B, T) True at padding -> (T, B, C)"""
+        if attn_mask is not None:
+            raise NotImplementedError("sret_transformer encoder layers take no attn_mask")
+        return self.recursive(x.transpose(0, 1), key_padding_mask=encoder_padding_mask).transpose(0, 1)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        return state_dict
+
+
+@with_incremental_state
+class SReTDecoderLayer(nn.Module):
+    """One unique decoder layer applied ``recursions`` times.
+
+    During incremental decoding every application keeps its own cache (keys/values of the
+    self-attention and the projected encoder output), stored under this module's
+    incremental-state key; ``reorder_incremental_state`` reorders all of them.
+    """
+
+    def __init__(self, args, no_encoder_attn: bool = False):
+        super().__init__()
+        self.recursive = build_recursive_block(
+            args, "decoder", causal=True, cross_attention=not no_encoder_attn
+        )
+
+    def _caches(self, incremental_state) -> Optional[List[dict]]:
+        if incremental_state is None:
+            return None
+        state = self.get_incremental_state(incremental_state, "recursions")
+        if state is None:
+            state = {"caches": [{} for _ in range(self.recursive.recursions)]}
+            self.set_incremental_state(incremental_state, "recursions", state)
+        return state["caches"]
+
+    def forward(
+        self,
+        x: Tensor,
+        encoder_out: Optional[Tensor] = None,
+        encoder_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        prev_self_attn_state=None,
+        prev_attn_state=None,
+        self_attn_mask: Optional[Tensor] = None,
+        self_attn_padding_mask: Optional[Tensor] = None,
+        need_attn: bool = False,
+        need_head_weights: bool = False,
+    ):
+        """x: (T, B, C); encoder_out: (S, B, C). Returns (x, None, None) like fairseq's layer.
+
+        Causality is built into the attention module, so ``self_attn_mask`` (fairseq's
+        future mask) only signals a full (non-incremental) causal forward.
+        """
+        if incremental_state is None and self_attn_mask is None:
+            raise NotImplementedError(
+                "sret_transformer decoder layers are always causal (full_context_alignment is not supported)"
+            )
+        if prev_self_attn_state is not None or prev_attn_state is not None:
+            raise NotImplementedError("prev_self_attn_state/prev_attn_state are not supported")
+        memory = None if encoder_out is None else encoder_out.transpose(0, 1)
+        out = self.recursive(
+            x.transpose(0, 1),
+            key_padding_mask=self_attn_padding_mask,
+            memory=memory,
+            memory_padding_mask=encoder_padding_mask,
+            caches=self._caches(incremental_state),
+        )
+        # Attention weights are not materialised (fused attention); alignment is unsupported.
+        return out.transpose(0, 1), None, None
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        state = self.get_incremental_state(incremental_state, "recursions")
+        if state is not None:
+            for cache in state["caches"]:
+                for attention_cache in cache.values():
+                    reorder_cache(attention_cache, new_order)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        return state_dict
+
+
+class SReTTransformerEncoder(TransformerEncoderBase):
+    def __init__(self, args, dictionary, embed_tokens):
+        self.args = args
+        super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens)
+
+    def build_encoder_layer(self, cfg):
+        return SReTEncoderLayer(self.args)
+
+
+class SReTTransformerDecoder(TransformerDecoderBase):
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
+        self.args = args
+        super().__init__(
+            TransformerConfig.from_namespace(args), dictionary, embed_tokens,
+            no_encoder_attn=no_encoder_attn,
+        )
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        return SReTDecoderLayer(self.args, no_encoder_attn)
+
+
+@register_model("sret_transformer")
+class SReTTransformerModel(TransformerModel):
+    """Sliced Recursive Transformer for sequence-to-sequence tasks.
+
+    ``--encoder-layers``/``--decoder-layers`` count *unique* layers; the number of layer
+    applications is layers x recursions.
+    """
+
+    @classmethod
+    def hub_models(cls):
+        return {}
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        gen_parser_from_dataclass(parser, SReTOptions(), delete_default=True)
+
+    @classmethod
+    def build_model(cls, args, task):
+        """Like fairseq's TransformerModel.build_model, keeping the argparse namespace
+        (which carries the SReT options) for the encoder and decoder."""
+        sret_base_architecture(args)
+        check_sret_options(args)
+        if getattr(args, "max_source_positions", None) is None:
+            args.max_source_positions = DEFAULT_MAX_SOURCE_POSITIONS
+        if getattr(args, "max_target_positions", None) is None:
+            args.max_target_positions = DEFAULT_MAX_TARGET_POSITIONS
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        if args.share_all_embeddings:
+            if src_dict != tgt_dict:
+                raise ValueError("--share-all-embeddings requires a joined dictionary")
+            if args.encoder_embed_dim != args.decoder_embed_dim:
+                raise ValueError(
+                    "--share-all-embeddings requires --encoder-embed-dim to match --decoder-embed-dim"
+                )
+            encoder_embed = cls.build_embedding(args, src_dict, args.encoder_embed_dim, args.encoder_embed_path)
+            decoder_embed = encoder_embed
+            args.share_decoder_input_output_embed = True
+        else:
+            encoder_embed = cls.build_embedding(args, src_dict, args.encoder_embed_dim, args.encoder_embed_path)
+            decoder_embed = cls.build_embedding(args, tgt_dict, args.decoder_embed_dim, args.decoder_embed_path)
+        encoder = cls.build_encoder(args, src_dict, encoder_embed)
+        decoder = cls.build_decoder(args, tgt_dict, decoder_embed)
+        return cls(args, encoder, decoder)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return SReTTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return SReTTransformerDecoder(
+            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+        )
+
+    def lrc_coefficients(self) -> Dict[str, float]:
+        """Every LRC coefficient by parameter name (for plots and logs)."""
+        return {
+            name: float(p.detach())
+            for name, p in self.named_parameters()
+            if name.endswith(("skip_scale", "branch_scale"))
+        }
+
+
+# ---------------------------------------------------------------- architectures
+def _set_default(args, name, value):
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+def sret_base_architecture(args):
+    defaults = SReTOptions()
+    for name in SReTOptions.__dataclass_fields__:  # noqa: B007
+        _set_default(args, name, getattr(defaults, name))
+    # The paper's blocks are pre-LN (Eq. 1, 7): LRC then scales un-normalised branches and
+    # deep recursion stays trainable. fairseq's post-LN is available with --post-ln.
+    _set_default(args, "encoder_normalize_before", True)
+    _set_default(args, "decoder_normalize_before", True)
+    base_architecture(args)
+
+
+@register_model_architecture("sret_transformer", "sret_transformer")
+def sret_transformer(args):
+    sret_base_architecture(args)
+
+
+@register_model_architecture("sret_transformer", "sret_transformer_iwslt_de_en")
+def sret_transformer_iwslt_de_en(args):
+    # fairseq's transformer_iwslt_de_en widths; 3 unique layers x 2 recursions = the same 6
+    # layer applications with half the layer parameters (NLLs add 0.5M per application).
+    _set_default(args, "encoder_embed_dim", 512)
+    _set_default(args, "encoder_ffn_embed_dim", 1024)
+    _set_default(args, "encoder_attention_heads", 4)
+    _set_default(args, "encoder_layers", 3)
+    _set_default(args, "decoder_embed_dim", 512)
+    _set_default(args, "decoder_ffn_embed_dim", 1024)
+    _set_default(args, "decoder_attention_heads", 4)
+    _set_default(args, "decoder_layers", 3)
+    _set_default(args, "encoder_recursions", 2)
+    _set_default(args, "decoder_recursions", 2)
+    sret_base_architecture(args)
+
+
+@register_model_architecture("sret_transformer", "sret_transformer_wmt_en_de")
+def sret_transformer_wmt_en_de(args):
+    # transformer_wmt_en_de widths (512/2048, 8 heads); 3 unique layers x 2 recursions.
+    _set_default(args, "encoder_layers", 3)
+    _set_default(args, "decoder_layers", 3)
+    sret_base_architecture(args)
+
+
+@register_model_architecture("sret_transformer", "sret_transformer_wmt_en_de_big")
+def sret_transformer_wmt_en_de_big(args):
+    # transformer_vaswani_wmt_en_de_big widths (1024/4096, 16 heads, dropout 0.3).
+    _set_default(args, "encoder_embed_dim", 1024)
+    _set_default(args, "encoder_ffn_embed_dim", 4096)
+    _set_default(args, "encoder_attention_heads", 16)
+    _set_default(args, "decoder_embed_dim", 1024)
+    _set_default(args, "decoder_ffn_embed_dim", 4096)
+    _set_default(args, "decoder_attention_heads", 16)
+    _set_default(args, "dropout", 0.3)
+    _set_default(args, "encoder_layers", 3)
+    _set_default(args, "decoder_layers", 3)
+    sret_base_architecture(args)
+
+
+@register_model_architecture("sret_transformer", "sret_transformer_tiny")
+def sret_transformer_tiny(args):
+    # CPU demos and tests: width 256, FFN 1024, 4 heads, 2 unique layers x 2 recursions per
+    # side, NLL ratio 0.5.
+    _set_default(args, "encoder_embed_dim", 256)
+    _set_default(args, "encoder_ffn_embed_dim", 1024)
+    _set_default(args, "encoder_attention_heads", 4)
+    _set_default(args, "encoder_layers", 2)
+    _set_default(args, "decoder_embed_dim", 256)
+    _set_default(args, "decoder_ffn_embed_dim", 1024)
+    _set_default(args, "decoder_attention_heads", 4)
+    _set_default(args, "decoder_layers", 2)
+    _set_default(args, "nll_ratio", 0.5)
+    sret_base_architecture(args)
