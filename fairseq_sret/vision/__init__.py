@@ -1,0 +1,41 @@
+"""SReT image models in pure PyTorch (no fairseq import).
+
+    from fairseq_sret.vision import create_model, list_models, load_checkpoint
+    model = create_model("sret_t")                       # SReT-T, 4.76M params, 1.11G MACs
+    load_checkpoint(model, "SReT_T.pth")                 # official or our checkpoints
+
+Importing this package registers the models with timm when timm is installed, so
+``timm.create_model("sret_t")`` works after ``import fairseq_sret.vision``.
+"""
+
+from . import mixer, sret  # noqa: F401  (register the models)
+from .checkpoint import convert_official_state_dict, load_checkpoint, save_checkpoint
+from .complexity import count_macs, count_params
+from .losses import SoftDistillationLoss, soft_distillation_loss
+from .mixer import MixerConfig, RecursiveMixer
+from .registry import create_model, is_model, list_models, register_model, register_with_timm
+from .sret import GLOBAL_GROUPS, SLICED_GROUPS, SReT, SReTConfig, resize_pos_embed
+
+register_with_timm()
+
+__all__ = [
+    "GLOBAL_GROUPS",
+    "MixerConfig",
+    "RecursiveMixer",
+    "SLICED_GROUPS",
+    "SReT",
+    "SReTConfig",
+    "SoftDistillationLoss",
+    "convert_official_state_dict",
+    "count_macs",
+    "count_params",
+    "create_model",
+    "is_model",
+    "list_models",
+    "load_checkpoint",
+    "register_model",
+    "register_with_timm",
+    "resize_pos_embed",
+    "save_checkpoint",
+    "soft_distillation_loss",
+]
