@@ -1,4 +1,5 @@
 """fairseq adapters: importing this module registers the SReT architectures with fairseq."""
 
+from . import fairseq_fixes  # noqa: F401  (keeps the batches fairseq would drop)
 from . import checkpoint_loading  # noqa: F401  (allow-lists what our checkpoints contain)
 from . import sret_transformer  # noqa: F401
