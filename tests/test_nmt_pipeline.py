@@ -2,7 +2,6 @@
 generate -> sacreBLEU -> interactive -> hub interface; resuming from a checkpoint."""
 
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+
+from fairseq_sret.toy_data import write_reversal_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -40,24 +41,10 @@ def run(tool, *args, stdin=None):
     return result.stdout + result.stderr
 
 
-def write_corpus(folder: Path, seed=0):
-    """A learnable toy translation task: reverse the words and map w<i> -> v<i>."""
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(24)]
-    for split, size in (("train", 3000), ("valid", 80), ("test", 60)):
-        src, tgt = [], []
-        for _ in range(size):
-            sent = [rng.choice(words) for _ in range(rng.randint(2, 8))]
-            src.append(" ".join(sent))
-            tgt.append(" ".join(w.replace("w", "v") for w in reversed(sent)))
-        (folder / f"{split}.src").write_text("\n".join(src) + "\n")
-        (folder / f"{split}.tgt").write_text("\n".join(tgt) + "\n")
-
-
 @pytest.fixture(scope="module")
 def data_bin(tmp_path_factory):
     raw = tmp_path_factory.mktemp("raw")
-    write_corpus(raw)
+    write_reversal_corpus(raw)
     out = raw / "bin"
     run("fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
         "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
