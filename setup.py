@@ -21,8 +21,10 @@ setup(
         "sacremoses",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        "test": ["pytest", "hypothesis", "pillow"],
         "plot": ["matplotlib"],
+        # image loading for scripts/train_vision.py (no torchvision needed)
+        "vision": ["pillow"],
     },
     classifiers=[
         "License :: OSI Approved :: MIT License",

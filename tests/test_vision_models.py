@@ -5,14 +5,18 @@ import torch
 from torch import nn
 
 from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
-from fairseq_sret.vision import (
-    SReT,
-    count_macs,
-    count_params,
-    create_model,
-    list_models,
-)
+from fairseq_sret.vision import SReT, count_macs, count_params, create_model, list_models
 from fairseq_sret.vision.mixer import MixerLayer, RecursiveMixer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """These tensors are small: one thread avoids oversubscription on shared CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 # Official implementation (szq0214/SReT), see ../shared/fixtures/sret_official/README.md.
 OFFICIAL_PARAMS = [

@@ -12,6 +12,16 @@ import torch
 from fairseq_sret.vision import convert_official_state_dict, create_model, load_checkpoint, save_checkpoint
 from fairseq_sret.vision.sret import resize_pos_embed
 
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """These tensors are small: one thread avoids oversubscription on shared CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 FIXTURE = "fixtures/sret_official"
 # First application: contiguous groups [8, 4, 1]; second application: one group.
 CONTIGUOUS_THEN_GLOBAL = ((8, 1), (4, 1), (1, 1))

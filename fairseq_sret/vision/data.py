@@ -1,0 +1,134 @@
+"""ImageFolder data without torchvision: Pillow for decoding, torch for everything else.
+
+Layout: ``root/<class name>/<image>``; classes are the sorted sub-folder names. Pillow is
+an optional dependency (``pip install fairseq-sret[vision]``), imported on first use.
+"""
+
+import math
+import os
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _pil():
+    try:
+        from PIL import Image
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("image loading needs Pillow: pip install 'fairseq-sret[vision]'") from err
+    return Image
+
+
+def to_tensor(img, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> Tensor:
+    """RGB PIL image -> normalised float tensor (3, H, W)."""
+    w, h = img.size
+    x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(h, w, 3)
+    x = x.permute(2, 0, 1).float().div_(255)
+    mean_t = torch.tensor(mean).view(3, 1, 1)
+    std_t = torch.tensor(std).view(3, 1, 1)
+    return (x - mean_t) / std_t
+
+
+class TrainTransform:
+    """Random resized crop (scale 0.08-1, aspect 3/4-4/3, bicubic) + horizontal flip.
+
+    The geometric part of the DeiT/SReT training augmentation; random numbers come from
+    torch, so ``torch.manual_seed`` (and DataLoader worker seeding) make it reproducible.
+    """
+
+    def __init__(self, size: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), hflip: float = 0.5):
+        self.size, self.scale, self.ratio, self.hflip = size, scale, ratio, hflip
+
+    def _crop_box(self, width: int, height: int) -> Tuple[int, int, int, int]:
+        area = width * height
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target = area * torch.empty(1).uniform_(*self.scale).item()
+            aspect = math.exp(torch.empty(1).uniform_(*log_ratio).item())
+            w = int(round(math.sqrt(target * aspect)))
+            h = int(round(math.sqrt(target / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                left = int(torch.randint(0, width - w + 1, (1,)))
+                top = int(torch.randint(0, height - h + 1, (1,)))
+                return left, top, left + w, top + h
+        # fallback: the largest centred crop within the aspect range
+        aspect = width / height
+        if aspect < self.ratio[0]:
+            w, h = width, int(round(width / self.ratio[0]))
+        elif aspect > self.ratio[1]:
+            w, h = int(round(height * self.ratio[1])), height
+        else:
+            w, h = width, height
+        left, top = (width - w) // 2, (height - h) // 2
+        return left, top, left + w, top + h
+
+    def __call__(self, img) -> Tensor:
+        image = _pil()
+        box = self._crop_box(*img.size)
+        img = img.resize((self.size, self.size), image.BICUBIC, box=box)
+        if torch.rand(1).item() < self.hflip:
+            img = img.transpose(image.FLIP_LEFT_RIGHT)
+        return to_tensor(img)
+
+
+class EvalTransform:
+    """Resize the shorter side to ``size / crop_pct`` (bicubic), centre crop ``size``."""
+
+    def __init__(self, size: int, crop_pct: float = 0.875):
+        self.size, self.crop_pct = size, crop_pct
+
+    def __call__(self, img) -> Tensor:
+        image = _pil()
+        w, h = img.size
+        short = int(math.floor(self.size / self.crop_pct))
+        if w <= h:
+            new_w, new_h = short, max(short, int(round(h * short / w)))
+        else:
+            new_w, new_h = max(short, int(round(w * short / h))), short
+        img = img.resize((new_w, new_h), image.BICUBIC)
+        left, top = (new_w - self.size) // 2, (new_h - self.size) // 2
+        return to_tensor(img.crop((left, top, left + self.size, top + self.size)))
+
+
+class ImageFolder(Dataset):
+    """``root/<class>/<image>`` -> ``(image tensor, class index)`` (plus the index with
+    ``return_index=True``, used to look up pre-computed teacher logits)."""
+
+    def __init__(self, root: str, transform: Optional[Callable] = None, return_index: bool = False):
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"image folder {root!r} does not exist")
+        self.root = root
+        self.classes: List[str] = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        if not self.classes:
+            raise FileNotFoundError(f"no class sub-folders in {root!r}")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples: List[Tuple[str, int]] = []
+        for c in self.classes:
+            for dirpath, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True)):
+                for name in sorted(files):
+                    if name.lower().endswith(IMG_EXTENSIONS):
+                        self.samples.append((os.path.join(dirpath, name), self.class_to_idx[c]))
+        if not self.samples:
+            raise FileNotFoundError(f"no images ({', '.join(IMG_EXTENSIONS)}) under {root!r}")
+        self.transform = transform
+        self.return_index = return_index
+
+    def relative_path(self, index: int) -> str:
+        return os.path.relpath(self.samples[index][0], self.root).replace(os.sep, "/")
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        path, target = self.samples[index]
+        with open(path, "rb") as f:
+            img = _pil().open(f).convert("RGB")
+        if self.transform is not None:
+            img = self.transform(img)
+        return (img, target, index) if self.return_index else (img, target)

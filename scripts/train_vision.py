@@ -1,0 +1,275 @@
+#!/usr/bin/env python
+"""Train or evaluate an SReT image classifier on an ImageFolder dataset.
+
+    DATA/train/<class>/<image>, DATA/val/<class>/<image>
+
+    # SReT-T from scratch (paper: 300 epochs, batch 1024, lr 1e-3, 5 warm-up epochs)
+    python scripts/train_vision.py --data DATA --model sret_t --output runs/sret_t
+    # soft distillation (no one-hot label) from a teacher's logits or a teacher model
+    python scripts/train_vision.py --data DATA --model sret_t_distill --teacher-logits teacher.pt
+    python scripts/train_vision.py --data DATA --model sret_t_distill \\
+        --teacher sret_s --teacher-checkpoint teacher.pth
+    # fine-tune at 384 (paper: lr 5e-6, no weight decay), from our or official weights
+    python scripts/train_vision.py --data DATA --model sret_t_distill_384 --finetune SReT_T_distill.pth \\
+        --lr 5e-6 --weight-decay 0 --epochs 30 --warmup-epochs 0
+    # evaluate, or write a teacher-logits file for the train split
+    python scripts/train_vision.py --data DATA --model sret_t --eval-only --checkpoint SReT_T.pth
+    python scripts/train_vision.py --data DATA --model sret_s --checkpoint teacher.pth --dump-logits teacher.pt
+
+AdamW with no weight decay on biases/norms/LRC scalars and the position embedding,
+per-step cosine schedule with linear warm-up, label smoothing, stochastic depth (the
+model's default, --drop-path to change), random-resized-crop + flip augmentation, and
+mixed precision on CUDA (bf16 where supported, else fp16 with loss scaling). DeiT's
+RandAugment, Mixup/CutMix, random erasing and repeated augmentation are not included.
+
+Pre-computed teacher logits (``--teacher-logits``) are the teacher's output on the
+un-augmented (centre-cropped) image, an approximation of the paper's on-line teacher,
+which sees the same augmented crop as the student (``--teacher``).
+"""
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fairseq_sret.vision import create_model, load_checkpoint, soft_distillation_loss  # noqa: E402
+from fairseq_sret.vision.data import EvalTransform, ImageFolder, TrainTransform  # noqa: E402
+from fairseq_sret.vision.training import cosine_lr, param_groups, topk_correct  # noqa: E402
+
+
+def get_parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="folder with train/ and val/ ImageFolder splits")
+    p.add_argument("--model", default="sret_t", help="registered model name")
+    p.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's)")
+    p.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate (default: the model's)")
+    p.add_argument("--epochs", type=int, default=300)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--min-lr", type=float, default=1e-5)
+    p.add_argument("--warmup-lr", type=float, default=1e-6)
+    p.add_argument("--warmup-epochs", type=float, default=5)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--clip-grad", type=float, default=None, help="max gradient norm (default: none)")
+    p.add_argument("--teacher-logits", default=None,
+                   help="file from --dump-logits: soft distillation from these logits")
+    p.add_argument("--teacher", default=None, help="teacher model name: on-line soft distillation")
+    p.add_argument("--teacher-checkpoint", default=None, help="weights of --teacher")
+    p.add_argument("--distill-temperature", type=float, default=1.0)
+    p.add_argument("--checkpoint", default=None, help="weights to evaluate / dump logits with")
+    p.add_argument("--finetune", default=None,
+                   help="initial weights (official or ours); the position embedding is interpolated"
+                        " and a classifier of another size is re-initialised")
+    p.add_argument("--resume", default=None, help="checkpoint_last.pt of an interrupted run")
+    p.add_argument("--eval-only", action="store_true")
+    p.add_argument("--dump-logits", default=None, help="write the model's logits on train/ to this file")
+    p.add_argument("--output", default=None, help="folder for checkpoints and log.jsonl")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
+                   help="mixed precision; auto = on for CUDA")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps-per-epoch", type=int, default=None, help="for smoke tests")
+    p.add_argument("--log-interval", type=int, default=50)
+    return p
+
+
+def autocast_settings(device: torch.device, mode: str):
+    """(enabled, dtype, use_grad_scaler) for torch.autocast on this device."""
+    if mode == "off" or (mode == "auto" and device.type != "cuda"):
+        return False, None, False
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return True, torch.bfloat16, False
+        return True, torch.float16, True
+    return True, torch.bfloat16, False  # CPU autocast supports bf16
+
+
+def build_loader(dataset, batch_size, shuffle, workers, device):
+    return DataLoader(
+        dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
+        pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+    )
+
+
+def load_teacher_logits(path, dataset):
+    """Teacher logits aligned with ``dataset`` order, looked up by relative image path."""
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    index = {s: i for i, s in enumerate(data["samples"])}
+    missing = [dataset.relative_path(i) for i in range(len(dataset)) if dataset.relative_path(i) not in index]
+    if missing:
+        raise KeyError(f"{len(missing)} training images have no teacher logits in {path}, e.g. {missing[0]!r}")
+    order = torch.tensor([index[dataset.relative_path(i)] for i in range(len(dataset))])
+    return data["logits"].float()[order]
+
+
+@torch.no_grad()
+def evaluate(model, loader, device, amp):
+    enabled, dtype, _ = amp
+    model.eval()
+    total, loss_sum, top1, top5 = 0, 0.0, 0, 0
+    for images, target in loader:
+        images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+            logits = model(images)
+        loss_sum += F.cross_entropy(logits.float(), target, reduction="sum").item()
+        c1, c5 = topk_correct(logits, target, (1, 5))
+        top1, top5, total = top1 + c1, top5 + c5, total + target.numel()
+    return {"loss": loss_sum / total, "acc1": 100.0 * top1 / total, "acc5": 100.0 * top5 / total, "n": total}
+
+
+@torch.no_grad()
+def dump_logits(model, dataset, path, batch_size, workers, device, amp):
+    enabled, dtype, _ = amp
+    model.eval()
+    chunks = []
+    for images, _ in build_loader(dataset, batch_size, False, workers, device):
+        with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+            chunks.append(model(images.to(device)).float().cpu())
+    samples = [dataset.relative_path(i) for i in range(len(dataset))]
+    torch.save({"samples": samples, "logits": torch.cat(chunks), "classes": dataset.classes}, path)
+
+
+def main(argv=None):
+    args = get_parser().parse_args(argv)
+    logging.getLogger("PIL").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
+    torch.manual_seed(args.seed)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    amp = autocast_settings(device, args.amp)
+    train_dir, val_dir = os.path.join(args.data, "train"), os.path.join(args.data, "val")
+    has_train, has_val = os.path.isdir(train_dir), os.path.isdir(val_dir)
+    training = not (args.eval_only or args.dump_logits)
+    if training and not has_train:
+        raise SystemExit(f"no training split {train_dir}")
+    if args.teacher_logits and args.teacher:
+        raise SystemExit("give --teacher-logits or --teacher, not both")
+
+    classes = ImageFolder(train_dir if has_train else val_dir).classes
+    model_kwargs = {"num_classes": len(classes)}
+    if args.img_size is not None:
+        model_kwargs["img_size"] = args.img_size
+    if args.drop_path is not None:
+        model_kwargs["drop_path_rate"] = args.drop_path
+    model = create_model(args.model, **model_kwargs)
+    img_size = model.cfg.img_size[0]
+    if args.checkpoint:
+        load_checkpoint(model, args.checkpoint)
+    if args.finetune:
+        load_checkpoint(model, args.finetune, strict=False)
+    model.to(device)
+
+    eval_tf = EvalTransform(img_size)
+    val_set = ImageFolder(val_dir, eval_tf) if has_val else None
+    if val_set is not None and val_set.classes != classes:
+        raise SystemExit(f"val/ classes {val_set.classes} differ from train/ classes {classes}")
+    val_loader = build_loader(val_set, args.batch_size, False, args.workers, device) if val_set else None
+
+    if args.dump_logits:
+        dump_logits(model, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp)
+        print(json.dumps({"dumped_logits": args.dump_logits}))
+        return {"dumped_logits": args.dump_logits}
+    if args.eval_only:
+        if val_loader is None:
+            raise SystemExit(f"no validation split {val_dir}")
+        stats = evaluate(model, val_loader, device, amp)
+        print(json.dumps({"eval": stats}))
+        return stats
+
+    train_set = ImageFolder(train_dir, TrainTransform(img_size), return_index=True)
+    train_loader = build_loader(train_set, args.batch_size, True, args.workers, device)
+    teacher_logits = load_teacher_logits(args.teacher_logits, train_set) if args.teacher_logits else None
+    teacher = None
+    if args.teacher:
+        teacher = create_model(args.teacher, num_classes=len(classes), img_size=img_size,
+                               checkpoint_path=args.teacher_checkpoint).to(device).eval()
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+    distill = teacher_logits is not None or teacher is not None
+
+    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp[2])
+    steps_per_epoch = len(train_loader)
+    if args.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, args.max_steps_per_epoch)
+    total_steps = args.epochs * steps_per_epoch
+    warmup_steps = int(round(args.warmup_epochs * steps_per_epoch))
+    start_epoch, best = 0, -1.0
+    if args.resume:
+        state = torch.load(args.resume, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        start_epoch, best = state["epoch"] + 1, state.get("best_acc1", -1.0)
+    if args.output:
+        os.makedirs(args.output, exist_ok=True)
+
+    enabled, dtype, _ = amp
+    stats = {}
+    for epoch in range(start_epoch, args.epochs):
+        model.train()
+        started, loss_sum, seen = time.time(), 0.0, 0
+        for step, (images, target, index) in enumerate(train_loader):
+            if step >= steps_per_epoch:
+                break
+            global_step = epoch * steps_per_epoch + step
+            lr = cosine_lr(global_step, total_steps, args.lr, warmup_steps, args.min_lr, args.warmup_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+                logits = model(images)
+                if teacher is not None:
+                    with torch.no_grad():
+                        soft = teacher(images)
+                elif teacher_logits is not None:
+                    soft = teacher_logits[index].to(device)
+            if distill:  # the paper's soft distillation: no one-hot label
+                loss = soft_distillation_loss(logits, soft, args.distill_temperature)
+            else:
+                loss = F.cross_entropy(logits.float(), target, label_smoothing=args.label_smoothing)
+            if not math.isfinite(loss.item()):
+                raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch} step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if args.clip_grad:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
+            scaler.step(optimizer)
+            scaler.update()
+            loss_sum += loss.item() * target.numel()
+            seen += target.numel()
+            if args.log_interval and step % args.log_interval == 0:
+                print(f"epoch {epoch} step {step}/{steps_per_epoch} loss {loss.item():.4f} lr {lr:.3e}", flush=True)
+        stats = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "lr": lr, "time": time.time() - started}
+        if val_loader is not None:
+            stats.update({f"val_{k}": v for k, v in evaluate(model, val_loader, device, amp).items()})
+        print(json.dumps(stats), flush=True)
+        if args.output:
+            with open(os.path.join(args.output, "log.jsonl"), "a") as f:
+                f.write(json.dumps(stats) + "\n")
+            acc = stats.get("val_acc1", -1.0)
+            best = max(best, acc)
+            state = {
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                "epoch": epoch, "best_acc1": best, "model_name": args.model, "model_kwargs": model_kwargs,
+                "args": vars(args),
+            }
+            torch.save(state, os.path.join(args.output, "checkpoint_last.pt"))
+            if acc >= best:
+                torch.save({"model": model.state_dict(), "model_name": args.model, "model_kwargs": model_kwargs,
+                            "epoch": epoch, "best_acc1": best}, os.path.join(args.output, "checkpoint_best.pt"))
+    return stats
+
+
+if __name__ == "__main__":
+    main()

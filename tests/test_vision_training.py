@@ -1,0 +1,190 @@
+"""Vision training pieces: soft distillation, schedule, data, and scripts/train_vision.py (issue #5)."""
+
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_sret.vision import SoftDistillationLoss, SReT, soft_distillation_loss
+from fairseq_sret.vision.training import cosine_lr, param_groups, topk_correct
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """These tensors are small: one thread avoids oversubscription on shared CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------- distillation
+def test_soft_distillation_equals_official_kd_loss():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(6, 10, requires_grad=True), torch.randn(6, 10)
+    # the official kd_loss.KDLoss: -bmm(softmax(t), log_softmax(s)).mean()
+    official = -torch.bmm(F.softmax(teacher, 1).unsqueeze(1), F.log_softmax(student, 1).unsqueeze(2)).mean()
+    # and written out: -1/N sum_i sum_k p_t log p_s
+    direct = -sum(
+        sum(F.softmax(teacher[i], 0)[k] * torch.log(F.softmax(student[i], 0)[k]) for k in range(10)) for i in range(6)
+    ) / 6
+    loss = soft_distillation_loss(student, teacher)
+    assert torch.allclose(loss, official, atol=1e-6) and torch.allclose(loss, direct, atol=1e-5)
+    assert torch.allclose(SoftDistillationLoss()(student, teacher), loss)
+    loss.backward()
+    # d/ds = (softmax(s) - softmax(t)) / N: no one-hot label anywhere
+    assert torch.allclose(student.grad, (F.softmax(student, 1) - F.softmax(teacher, 1)) / 6, atol=1e-6)
+
+
+def test_soft_distillation_minimum_is_the_teacher_entropy_and_temperature():
+    torch.manual_seed(1)
+    teacher = torch.randn(4, 7)
+    p = F.softmax(teacher, 1)
+    entropy = -(p * p.log()).sum(1).mean()
+    assert torch.allclose(soft_distillation_loss(teacher.clone(), teacher), entropy, atol=1e-6)
+    assert soft_distillation_loss(torch.randn(4, 7), teacher) > entropy
+    student = torch.randn(4, 7)
+    t = 3.0
+    expected = -(F.softmax(teacher / t, 1) * F.log_softmax(student / t, 1)).sum(1).mean() * t * t
+    assert torch.allclose(soft_distillation_loss(student, teacher, temperature=t), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="differ in shape"):
+        soft_distillation_loss(torch.randn(4, 7), torch.randn(4, 8))
+    with pytest.raises(ValueError, match="temperature"):
+        soft_distillation_loss(student, teacher, temperature=0)
+
+
+# ----------------------------------------------------------------------- optimisation
+def test_cosine_schedule_with_warmup():
+    lrs = [cosine_lr(s, 100, 1e-3, warmup_steps=10, min_lr=1e-5, warmup_lr=1e-6) for s in range(101)]
+    assert lrs[0] == pytest.approx(1e-6)
+    assert all(a < b for a, b in zip(lrs[:10], lrs[1:11]))  # linear warm-up
+    assert lrs[10] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))  # then cosine decay
+    assert lrs[55] == pytest.approx(1e-5 + 0.5 * (1e-3 - 1e-5))
+    assert lrs[100] == pytest.approx(1e-5)
+
+
+def test_param_groups_skip_decay_on_vectors_and_pos_embed():
+    model = SReT(embed_dims=(16, 32, 64), num_heads=(2, 2, 4), blocks=(1, 1, 1), img_size=64, num_classes=3)
+    decay, no_decay = param_groups(model, 0.05)
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
+    ids = {id(p) for p in no_decay["params"]}
+    named = dict(model.named_parameters())
+    assert id(named["pos_embed"]) in ids
+    assert id(named["stages.0.blocks.0.layer.self_attn_residual.skip_scale"]) in ids
+    assert id(named["stages.0.blocks.0.nlls.1.norm.weight"]) in ids
+    assert id(named["head.bias"]) in ids
+    assert {id(p) for p in decay["params"]} == {id(p) for n, p in named.items() if p.ndim > 1 and n != "pos_embed"}
+    assert len(decay["params"]) + len(no_decay["params"]) == len(named)
+
+
+def test_topk_correct():
+    logits = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.05], [0.2, 0.3, 0.5]])
+    assert topk_correct(logits, torch.tensor([1, 2, 1]), (1, 2, 5)) == [1, 2, 3]
+
+
+# ----------------------------------------------------------------------- data + script
+@pytest.fixture
+def image_folder(tmp_path):
+    pil = pytest.importorskip("PIL.Image")
+    g = torch.Generator().manual_seed(0)
+    for split in ("train", "val"):
+        for c, colour in (("cat", (220, 40, 40)), ("dog", (40, 40, 220))):
+            os.makedirs(tmp_path / split / c)
+            for i in range(4):
+                noise = torch.randint(-25, 26, (3,), generator=g).tolist()
+                rgb = tuple(max(0, min(255, v + n)) for v, n in zip(colour, noise))
+                pil.new("RGB", (40 + 8 * i, 36), rgb).save(tmp_path / split / c / f"{i}.png")
+    return tmp_path
+
+
+def test_image_folder_and_transforms(image_folder):
+    from fairseq_sret.vision.data import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, ImageFolder, TrainTransform
+
+    ds = ImageFolder(str(image_folder / "train"), EvalTransform(32), return_index=True)
+    assert ds.classes == ["cat", "dog"] and len(ds) == 8
+    img, target, index = ds[5]
+    assert img.shape == (3, 32, 32) and target == 1 and index == 5
+    assert ds.relative_path(5) == "dog/1.png"
+    # a uniform image stays uniform: the red channel of a cat is ~220/255 after normalising back
+    cat = ds[0][0]
+    red = cat[0] * IMAGENET_STD[0] + IMAGENET_MEAN[0]
+    assert torch.allclose(red, red.mean().expand_as(red), atol=1e-5) and abs(red.mean().item() - 0.86) < 0.11
+    torch.manual_seed(0)
+    train = ImageFolder(str(image_folder / "train"), TrainTransform(32))
+    assert train[3][0].shape == (3, 32, 32)
+    with pytest.raises(FileNotFoundError):
+        ImageFolder(str(image_folder / "missing"))
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("train_vision", os.path.join(REPO, "scripts", "train_vision.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def common(data, **extra):
+    args = ["--data", str(data), "--model", "sret_t", "--img-size", "32", "--batch-size", "4", "--workers", "0",
+            "--warmup-epochs", "1", "--log-interval", "0", "--lr", "5e-4"]
+    for k, v in extra.items():
+        args += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
+    return args
+
+
+def test_train_evaluate_resume_and_distill(image_folder, tmp_path, capsys):
+    script = load_script()
+    out = tmp_path / "run"
+    stats = script.main(common(image_folder, epochs=1, output=out))
+    assert stats["epoch"] == 0 and math.isfinite(stats["train_loss"]) and stats["val_n"] == 8
+    assert {"checkpoint_last.pt", "checkpoint_best.pt", "log.jsonl"} <= set(os.listdir(out))
+
+    # evaluation of the saved weights reproduces the logged validation numbers
+    evaluated = script.main(common(image_folder, eval_only=True, checkpoint=out / "checkpoint_last.pt"))
+    assert evaluated["loss"] == pytest.approx(stats["val_loss"], abs=1e-5)
+    assert evaluated["acc1"] == stats["val_acc1"]
+
+    # resuming continues at the next epoch
+    resumed = script.main(common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt"))
+    assert resumed["epoch"] == 1
+    log = [json.loads(line) for line in open(out / "log.jsonl")]
+    assert [e["epoch"] for e in log] == [0, 1]
+
+    # teacher logits on the train split, then soft distillation from them
+    teacher = tmp_path / "teacher.pt"
+    script.main(common(image_folder, checkpoint=out / "checkpoint_last.pt", dump_logits=teacher))
+    dumped = torch.load(teacher, weights_only=True)
+    assert dumped["logits"].shape == (8, 2) and dumped["samples"][0] == "cat/0.png"
+    plain = script.main(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3))
+    distilled = script.main(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3, teacher_logits=teacher))
+    assert math.isfinite(distilled["train_loss"]) and distilled["train_loss"] != plain["train_loss"]
+
+
+def test_teacher_logits_are_aligned_by_path(image_folder, tmp_path):
+    from fairseq_sret.vision.data import ImageFolder
+
+    script = load_script()
+    ds = ImageFolder(str(image_folder / "train"))
+    samples = [ds.relative_path(i) for i in range(len(ds))][::-1]  # stored in another order
+    logits = torch.arange(8.0)[:, None].expand(8, 2).clone()
+    torch.save({"samples": samples, "logits": logits}, tmp_path / "t.pt")
+    aligned = script.load_teacher_logits(tmp_path / "t.pt", ds)
+    assert aligned[:, 0].tolist() == [7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    torch.save({"samples": samples[1:], "logits": logits[1:]}, tmp_path / "short.pt")
+    with pytest.raises(KeyError, match="no teacher logits"):
+        script.load_teacher_logits(tmp_path / "short.pt", ds)
+
+
+def test_mixed_precision_settings_and_cpu_bf16_step(image_folder):
+    script = load_script()
+    assert script.autocast_settings(torch.device("cpu"), "auto") == (False, None, False)
+    assert script.autocast_settings(torch.device("cpu"), "on") == (True, torch.bfloat16, False)
+    stats = script.main(common(image_folder, epochs=1, max_steps_per_epoch=1, amp="on"))
+    assert math.isfinite(stats["train_loss"]) and math.isfinite(stats["val_loss"])
