@@ -83,6 +83,14 @@ def test_group_settings_per_stage_and_recursion():
     assert all(r.layer.self_attn.groups == (1, 1) for s in no_slice.stages for r in s.blocks)
 
 
+def test_more_recursions_repeat_the_last_group_and_partition():
+    model = small_sret(recursions=3)
+    attn = model.stages[0].blocks[0].layer.self_attn
+    assert attn.groups == (8, 2, 2) and attn.partition == ("contiguous", "random", "random")
+    assert len(model.stages[0].blocks[0].nlls) == 3
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 7)
+
+
 def test_official_drop_path_schedule():
     model = create_model("sret_t")  # rate 0.1 over 20 applications, as the official code
     rates = [r.layer.drop_path.p for s in model.stages for r in s.blocks]
@@ -163,6 +171,8 @@ def test_config_errors():
         small_sret(num_heads=(2, 2))
     with pytest.raises(ValueError, match="group counts"):
         small_sret(groups=((8, 2, 1), (1, 1), (1, 1)))
+    with pytest.raises(ValueError, match="modes"):
+        small_sret(partition=("contiguous", "random", "strided"))
     with pytest.raises(ValueError, match="integer factors"):
         small_sret(embed_dims=(16, 24, 48), num_heads=(2, 2, 2))
     with pytest.raises(TypeError):

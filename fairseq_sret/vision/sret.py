@@ -36,6 +36,12 @@ def _pair(size: Size) -> Tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
+def _per_recursion(values: Sequence, recursions: int) -> tuple:
+    """One entry per recursion: the last entry repeats, ``(8, 2)`` -> ``(8, 2, 2)``."""
+    values = tuple(values)
+    return values + values[-1:] * (recursions - len(values)) if 0 < len(values) < recursions else values
+
+
 @dataclass
 class SReTConfig:
     embed_dims: Tuple[int, ...] = field(
@@ -48,10 +54,13 @@ class SReTConfig:
     recursions: int = field(default=2, metadata={"help": "applications of each shared block"})
     groups: Tuple[Tuple[int, ...], ...] = field(
         default=SLICED_GROUPS,
-        metadata={"help": "attention groups per stage and recursion (1 = global attention)"},
+        metadata={"help": "attention groups per stage and recursion (1 = global attention);"
+                          " a stage listing fewer than `recursions` repeats its last entry"},
     )
     partition: Tuple[str, ...] = field(
-        default=PARTITION, metadata={"help": "token partition per recursion (see core.partition)"}
+        default=PARTITION,
+        metadata={"help": "token partition per recursion (see core.partition); the last entry"
+                          " repeats for further recursions"},
     )
     mlp_ratio: float = field(default=3.6, metadata={"help": "FFN hidden width / embed dim"})
     nll_ratio: float = field(default=1.0, metadata={"help": "NLL hidden width / embed dim"})
@@ -84,11 +93,11 @@ class SReTConfig:
         if self.recursions < 1:
             raise ValueError(f"recursions must be >= 1, got {self.recursions}")
         for s, g in enumerate(self.groups):
-            if len(g) not in (1, self.recursions):
+            if not 1 <= len(g) <= self.recursions:
                 raise ValueError(
                     f"stage {s} gives {len(g)} group counts for {self.recursions} recursions"
                 )
-        if len(self.partition) not in (1, self.recursions):
+        if not 1 <= len(self.partition) <= self.recursions:
             raise ValueError(f"partition gives {len(self.partition)} modes for {self.recursions} recursions")
         for a, b in zip(self.embed_dims, self.embed_dims[1:]):
             if b % a != 0:
@@ -205,6 +214,11 @@ class SReT(nn.Module):
             partition=(cfg.partition,) if isinstance(cfg.partition, str) else tuple(cfg.partition),
         )
         cfg.validate()
+        cfg = replace(
+            cfg,
+            groups=tuple(_per_recursion(g, cfg.recursions) for g in cfg.groups),
+            partition=_per_recursion(cfg.partition, cfg.recursions),
+        )
         self.cfg = cfg
         self.num_classes = cfg.num_classes
         self.num_features = self.embed_dim = cfg.embed_dims[-1]
