@@ -1,0 +1,85 @@
+"""Small file helpers shared by the recipes: line I/O, progress messages, file lookup."""
+
+import gzip
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence
+
+
+def log(msg: str, prefix: str = "prepare") -> None:
+    """Progress message on stderr (unbuffered, so it shows up in piped logs)."""
+    print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
+
+
+def open_text(path, mode: str = "r"):
+    """Open a UTF-8 text file, transparently gunzipping ``*.gz``.
+
+    Lines end at ``\\n`` only (like perl's ``<FH>``): a stray ``\\r`` or U+2028 inside a
+    segment does not split it, which keeps parallel files aligned.
+    """
+    path = str(path)
+    if path.endswith(".gz"):
+        return gzip.open(path, mode + "t", encoding="utf-8", newline="\n")
+    return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def read_lines(path) -> List[str]:
+    """All lines of a text file without their trailing newline."""
+    with open_text(path) as f:
+        return [line[:-1] if line.endswith("\n") else line for line in f]
+
+
+def write_lines(path, lines: Iterable[str]) -> int:
+    """Write lines (newline-terminated); returns how many."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open_text(path, "w") as f:
+        for line in lines:
+            f.write(line + "\n")
+            n += 1
+    return n
+
+
+def find_file(root, names: Sequence[str], required: bool = True) -> Optional[Path]:
+    """The first file under ``root`` (searched recursively) whose name is in ``names``.
+
+    Names are tried in order, so ``["train.de", "train.de.gz"]`` prefers the plain file.
+    """
+    root = Path(root)
+    for name in names:
+        direct = root / name
+        if direct.is_file():
+            return direct
+        base = os.path.basename(name)
+        matches = sorted(p for p in root.rglob(base) if p.is_file() and str(p).endswith(name))
+        if matches:
+            return matches[0]
+    if required:
+        raise FileNotFoundError(f"none of {list(names)} found under {root}")
+    return None
+
+
+class Progress:
+    """Counts items and logs every ``every`` items (and at most every few seconds)."""
+
+    def __init__(self, what: str, every: int = 100_000, total: Optional[int] = None):
+        self.what, self.every, self.total = what, every, total
+        self.n, self.start = 0, time.time()
+
+    def wrap(self, items: Iterable) -> Iterator:
+        for item in items:
+            yield item
+            self.n += 1
+            if self.n % self.every == 0:
+                self._report()
+        self.done()
+
+    def _report(self) -> None:
+        total = f"/{self.total:,}" if self.total else ""
+        log(f"{self.what}: {self.n:,}{total} lines ({time.time() - self.start:.0f}s)")
+
+    def done(self) -> None:
+        if self.n >= self.every:
+            self._report()
