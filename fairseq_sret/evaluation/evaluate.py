@@ -1,0 +1,124 @@
+"""From a checkpoint to the BLEU scores of a prepared data set.
+
+The data-bin's ``sret_data.json`` (written by the prepare scripts) says which references
+exist and which BLEU variants the literature reports for the data set:
+
+==========  ===========================================================================
+iwslt14     tokenized BLEU vs. the Moses-tokenized lowercased references (the IWSLT
+            literature's number) and lowercased sacreBLEU of the detokenized output
+wmt14       sacreBLEU (cased, 13a) and compound-split tokenized BLEU
+multi30k    sacreBLEU (cased, 13a) and tokenized lowercased BLEU
+==========  ===========================================================================
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from ..data.common import read_metadata
+from ..data.io import log, read_lines, write_lines
+from ..data.subword import SentencePieceCodec
+from ..data.text import moses_detokenize
+from . import bleu
+from .generate import read_hypotheses, run_generate
+
+
+def score(meta: dict, data_dir, subset: str, hyps: List[str]) -> List[bleu.BleuResult]:
+    """All BLEU variants ``meta`` lists for ``subset`` whose references are available."""
+    data_dir = Path(data_dir)
+    info = meta["subsets"].get(subset, {})
+    tgt = meta["target_lang"]
+
+    def ref(key):
+        return read_lines(data_dir / info[key]) if key in info else None
+
+    results = []
+    for name in meta["scores"]:
+        if name == "tokenized_bleu" and "reference_tokenized" in info:
+            results.append(bleu.tokenized_bleu(hyps, ref("reference_tokenized"),
+                                               name="tokenized BLEU (Moses-tokenized, lowercased)"))
+        elif name == "sacrebleu_lc" and "reference" in info:
+            detok = [moses_detokenize(h, tgt) for h in hyps]
+            results.append(bleu.sacrebleu_detok(detok, ref("reference"), lowercase=True,
+                                                name="sacreBLEU (detokenized, lowercased)"))
+        elif name == "sacrebleu" and "reference" in info:
+            results.append(bleu.sacrebleu_detok(hyps, ref("reference"), name="sacreBLEU"))
+        elif name == "compound_split_bleu" and "reference" in info:
+            results.append(bleu.compound_split_bleu(hyps, ref("reference"), lang=tgt))
+        elif name == "tokenized_lowercased_bleu" and "reference" in info:
+            results.append(bleu.tokenized_lowercased_bleu(hyps, ref("reference"), lang=tgt))
+    return results
+
+
+def checkpoint_summary(checkpoint) -> str:
+    try:
+        from ..checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
+
+        state = load_checkpoint(checkpoint)
+        return f"epoch {checkpoint_epoch(state)}, {checkpoint_num_updates(state)} updates"
+    except Exception as exc:  # informative only
+        return f"(could not read its training state: {exc})"
+
+
+def evaluate(
+    data_dir,
+    checkpoint=None,
+    subset: str = "test",
+    output_dir=None,
+    generate_output=None,
+    beam: int = 5,
+    lenpen: float = 1.0,
+    max_tokens: int = 8000,
+    batch_size: Optional[int] = None,
+    cpu: bool = False,
+    extra_args: Sequence[str] = (),
+    verbose: bool = False,
+) -> Dict:
+    """Translate ``subset`` with ``checkpoint`` (or read an existing fairseq-generate output)
+    and score it. Writes ``SUBSET.hyp`` and ``SUBSET.results.json`` to ``output_dir``."""
+    data_dir = Path(data_dir)
+    meta = read_metadata(data_dir)
+    if subset not in meta["subsets"]:
+        raise ValueError(f"no references for subset {subset!r}; known: {sorted(meta['subsets'])}")
+    if output_dir is None:
+        output_dir = (Path(checkpoint).parent if checkpoint else Path(generate_output).parent) / "eval"
+    output_dir = Path(output_dir)
+    if generate_output is None:
+        if checkpoint is None:
+            raise ValueError("give a checkpoint or a fairseq-generate output")
+        generate_output = run_generate(data_dir, checkpoint, output_dir, subset=subset, beam=beam, lenpen=lenpen,
+                                       max_tokens=max_tokens, batch_size=batch_size, cpu=cpu,
+                                       extra_args=extra_args, verbose=verbose)
+    num = len(read_lines(data_dir / "text" / f"{subset}.sp.{meta['target_lang']}"))
+    pieces = read_hypotheses(generate_output, num)
+    hyps = [SentencePieceCodec.decode(p) for p in pieces]
+    write_lines(output_dir / f"{subset}.hyp", hyps)
+    results = score(meta, data_dir, subset, hyps)
+    report = {
+        "data": str(data_dir),
+        "recipe": meta["recipe"],
+        "direction": f"{meta['source_lang']}-{meta['target_lang']}",
+        "subset": subset,
+        "subset_name": meta["subsets"][subset].get("name", subset),
+        "sentences": num,
+        "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else None,
+        "generate_output": str(generate_output),
+        "hypotheses": str(output_dir / f"{subset}.hyp"),
+        "beam": beam,
+        "lenpen": lenpen,
+        "scores": [r.as_dict() for r in results],
+    }
+    (output_dir / f"{subset}.results.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                                                       encoding="utf-8")
+    return report
+
+
+def format_report(report: Dict) -> str:
+    lines = [f"{report['recipe']} {report['direction']}, {report['subset_name']} ({report['sentences']} sentences, "
+             f"beam {report['beam']}, lenpen {report['lenpen']})"]
+    if report.get("checkpoint"):
+        lines.append(f"checkpoint: {report['checkpoint']}")
+    for s in report["scores"]:
+        lines.append(bleu.BleuResult(**s).line())
+    lines.append(f"hypotheses: {report['hypotheses']}")
+    return "\n".join(lines)

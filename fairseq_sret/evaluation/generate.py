@@ -1,0 +1,132 @@
+"""Translate a binarised subset with ``fairseq-generate`` and read its hypotheses back."""
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from ..data.io import log
+
+USER_DIR = Path(__file__).resolve().parents[1]  # the fairseq_sret package: --user-dir
+
+
+def run_generate(
+    data_dir,
+    checkpoint,
+    results_dir,
+    subset: str = "test",
+    beam: int = 5,
+    lenpen: float = 1.0,
+    max_tokens: int = 8000,
+    batch_size: Optional[int] = None,
+    cpu: bool = False,
+    extra_args: Sequence[str] = (),
+    verbose: bool = False,
+    in_process: bool = True,
+) -> Path:
+    """Translate ``subset`` with fairseq-generate (our plugin loaded with ``--user-dir``).
+
+    The hypotheses are written as fairseq prints them (subword pieces, no post-processing)
+    to ``results_dir/generate-SUBSET.txt``, which is returned. ``in_process=False`` runs
+    ``python -m fairseq_cli.generate`` in a subprocess instead of calling it here.
+    """
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(data_dir), "--user-dir", str(USER_DIR), "--path", str(checkpoint), "--gen-subset", subset,
+        "--beam", str(beam), "--lenpen", str(lenpen), "--max-tokens", str(max_tokens),
+        "--results-path", str(results_dir), "--num-workers", "0",
+        "--log-format", "simple", "--log-interval", "10",
+        # fairseq's default multiple of 8 may drop the last, incomplete batch of a test set
+        "--required-batch-size-multiple", "1",
+    ]
+    if batch_size:
+        argv += ["--batch-size", str(batch_size)]
+    if cpu:
+        argv += ["--cpu"]
+    argv += list(extra_args)
+    log(f"translating '{subset}' with beam {beam} (fairseq-generate)", "evaluate")
+    start = time.time()
+    if in_process:
+        summary = _generate_here(argv, verbose)
+    else:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        result = subprocess.run([sys.executable, "-m", "fairseq_cli.generate", *argv], env=env,
+                                stdout=None if verbose else subprocess.PIPE,
+                                stderr=None if verbose else subprocess.STDOUT, text=True)
+        output = result.stdout or ""
+        if result.returncode != 0:
+            raise RuntimeError(f"fairseq-generate failed (exit {result.returncode}):\n{output[-4000:]}")
+        summary = re.findall(r"Translated .*", output)
+    log(f"done in {time.time() - start:.0f}s" + (f": {summary[-1]}" if summary else ""), "evaluate")
+    return results_dir / f"generate-{subset}.txt"
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: List[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def _generate_here(argv, verbose: bool) -> List[str]:
+    """``fairseq_cli.generate.main`` in this process. Unless ``verbose``, only its progress
+    lines reach the console; returns its "Translated ..." summary."""
+    from fairseq import options
+    from fairseq_cli import generate
+
+    quiet = [] if verbose else [logging.getLogger(n) for n in ("fairseq", "fairseq_cli", "fairseq_sret", "hydra")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:
+        lg.setLevel(logging.WARNING)
+    progress = logging.getLogger("fairseq.logging.progress_bar")
+    progress_level = progress.level
+    progress.setLevel(logging.INFO)
+    collect = _Collect()
+    gen_logger = logging.getLogger("fairseq_cli.generate")
+    gen_level = gen_logger.level
+    gen_logger.setLevel(logging.INFO)
+    gen_logger.addHandler(collect)
+    gen_logger.propagate = verbose
+    try:
+        with warnings.catch_warnings():
+            if not verbose:  # hydra's deprecation notices, torch's pin_memory notice
+                warnings.simplefilter("ignore")
+            args = options.parse_args_and_arch(options.get_generation_parser(), input_args=argv)
+            generate.main(args)
+    finally:
+        gen_logger.removeHandler(collect)
+        gen_logger.propagate = True
+        gen_logger.setLevel(gen_level)
+        progress.setLevel(progress_level)
+        for lg, level in zip(quiet, levels):
+            lg.setLevel(level)
+    return [m for m in collect.messages if m.startswith("Translated")]
+
+
+def read_hypotheses(generate_output, num_sentences: Optional[int] = None) -> List[str]:
+    """The ``H-`` lines of a fairseq-generate output, ordered by sentence id.
+
+    With ``num_sentences``, missing ids (sentences fairseq skipped) become empty strings,
+    so the list stays aligned with the reference file.
+    """
+    hyps: Dict[int, str] = {}
+    text = Path(generate_output).read_text(encoding="utf-8")
+    for line in text.split("\n"):
+        if line.startswith("H-"):
+            fields = line.split("\t", 2)
+            hyps[int(fields[0][2:])] = fields[2] if len(fields) > 2 else ""
+    if num_sentences is None:
+        return [hyps[i] for i in sorted(hyps)]
+    missing = [i for i in range(num_sentences) if i not in hyps]
+    if missing:
+        log(f"warning: {len(missing)} sentences without a hypothesis (e.g. id {missing[0]}); "
+            "they are scored as empty", "evaluate")
+    return [hyps.get(i, "") for i in range(num_sentences)]

@@ -1,0 +1,141 @@
+"""The evolution of the Learnable Residual Connection coefficients over a training run.
+
+The paper (Fig. "evolution of coefficients") plots the LRC scalars of a block against
+training progress. Our models name them ``...skip_scale`` / ``...branch_scale`` (shape
+[1]); this module reads them from every checkpoint of a run, with the update number and
+epoch from the checkpoint's training state, and plots them per layer (matplotlib, the
+optional ``plot`` extra) or formats them as a table.
+"""
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
+
+SUFFIXES = ("skip_scale", "branch_scale")
+_RUN_CHECKPOINT = re.compile(r"^checkpoint(\d+|_\d+_\d+|_last)\.pt$")
+_LAYER = re.compile(r"^(.*?layers\.\d+)\.(.*)$")
+
+
+@dataclass
+class LRCTrajectory:
+    """LRC coefficients per checkpoint, sorted by update number."""
+
+    files: List[str] = field(default_factory=list)
+    updates: List[int] = field(default_factory=list)
+    epochs: List[Optional[int]] = field(default_factory=list)
+    #: parameter name -> its value in each checkpoint (same order as ``updates``).
+    values: "OrderedDict[str, List[float]]" = field(default_factory=OrderedDict)
+
+
+def run_checkpoints(run_dir) -> List[Path]:
+    """The checkpoints a fairseq run saved: ``checkpointN.pt``, ``checkpoint_E_U.pt`` and
+    ``checkpoint_last.pt`` (``checkpoint_best.pt`` repeats one of them)."""
+    return sorted(p for p in Path(run_dir).iterdir() if _RUN_CHECKPOINT.match(p.name))
+
+
+def lrc_coefficients(model_state: dict) -> "OrderedDict[str, float]":
+    return OrderedDict(
+        (name, float(t.reshape(-1)[0])) for name, t in model_state.items() if name.endswith(SUFFIXES)
+    )
+
+
+def collect(paths: Sequence) -> LRCTrajectory:
+    """Read the coefficients from each checkpoint; one entry per distinct update number."""
+    rows: Dict[int, Tuple[str, Optional[int], Dict[str, float]]] = {}
+    for i, path in enumerate(paths):
+        state = load_checkpoint(path)
+        coeffs = lrc_coefficients(state["model"])
+        if not coeffs:
+            continue
+        updates = checkpoint_num_updates(state)
+        epoch = checkpoint_epoch(state)
+        key = updates if updates is not None else (epoch if epoch is not None else i)
+        if key not in rows or Path(path).name != "checkpoint_last.pt":
+            rows[key] = (str(path), epoch, coeffs)
+    if not rows:
+        raise ValueError(
+            "no LRC coefficients (parameters named *skip_scale / *branch_scale) in "
+            f"{len(paths)} checkpoint(s): not an SReT model, or trained with --no-lrc"
+        )
+    traj = LRCTrajectory()
+    names = list(next(iter(rows.values()))[2])
+    for key in sorted(rows):
+        path, epoch, coeffs = rows[key]
+        traj.files.append(path)
+        traj.updates.append(key)
+        traj.epochs.append(epoch)
+        for name in names:
+            traj.values.setdefault(name, []).append(coeffs.get(name, float("nan")))
+    return traj
+
+
+def short_label(rest: str) -> str:
+    """``recursive.layer.self_attn_residual.skip_scale`` -> ``self_attn.skip``."""
+    parts = [p for p in rest.split(".") if p not in ("recursive", "layer", "residual")]
+    parts = [p[: -len("_residual")] if p.endswith("_residual") else p for p in parts]
+    label = ".".join(parts)
+    return label.replace("skip_scale", "skip").replace("branch_scale", "branch")
+
+
+def by_layer(names: Sequence[str]) -> "OrderedDict[str, List[Tuple[str, str]]]":
+    """Group parameter names by layer (``encoder.layers.0``...): layer -> [(label, name)]."""
+    groups: "OrderedDict[str, List[Tuple[str, str]]]" = OrderedDict()
+    for name in names:
+        m = _LAYER.match(name)
+        layer, rest = (m.group(1), m.group(2)) if m else (name.rsplit(".", 2)[0], ".".join(name.rsplit(".", 2)[1:]))
+        groups.setdefault(layer, []).append((short_label(rest), name))
+    return groups
+
+
+def format_table(traj: LRCTrajectory) -> str:
+    """One block per layer: a row per checkpoint (update, epoch), a column per coefficient."""
+    out = []
+    for layer, items in by_layer(list(traj.values)).items():
+        labels = [label for label, _ in items]
+        widths = [max(7, len(label)) for label in labels]
+        out.append(f"{layer}")
+        out.append("  " + f"{'update':>8} {'epoch':>5}  " + "  ".join(f"{l:>{w}}" for l, w in zip(labels, widths)))
+        for row, (update, epoch) in enumerate(zip(traj.updates, traj.epochs)):
+            values = "  ".join(f"{traj.values[name][row]:>{w}.4f}" for (_, name), w in zip(items, widths))
+            out.append("  " + f"{update:>8} {epoch if epoch is not None else '-':>5}  " + values)
+        out.append("")
+    return "\n".join(out)
+
+
+def plot(traj: LRCTrajectory, output, title: str = "LRC coefficients") -> Path:
+    """One panel per layer: each coefficient against the update number; saved as PNG.
+    Needs matplotlib (``pip install fairseq-sret[plot]``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = by_layer(list(traj.values))
+    n = len(groups)
+    cols = min(4, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False, sharex=True)
+    for ax, (layer, items) in zip(axes.flat, groups.items()):
+        for label, name in items:
+            style = "-" if label.endswith("skip") else "--"
+            ax.plot(traj.updates, traj.values[name], style, marker="o", markersize=2.5, label=label)
+        ax.set_title(layer, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("update")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("coefficient")
+    fig.suptitle(f"{title} (solid: identity/skip, dashed: branch)", fontsize=10)
+    fig.tight_layout()
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+    return output

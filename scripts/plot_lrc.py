@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Plot how the LRC coefficients (learnable residual scales) of each layer evolve during
+training, from the checkpoints of a run (the paper's "evolution of coefficients" figure).
+
+  python scripts/plot_lrc.py runs/multi30k/checkpoints                 # -> .../lrc.png
+  python scripts/plot_lrc.py runs/multi30k/checkpoints --output lrc.png --table
+
+Needs matplotlib for the PNG (pip install 'fairseq-sret[plot]'); without it the
+coefficients are printed as a table. Save checkpoints often (--save-interval-updates)
+for a smooth curve.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", help="a run folder (its checkpoint*.pt are read) or checkpoint files")
+    p.add_argument("--output", default=None, help="PNG to write (default: RUN_DIR/lrc.png)")
+    p.add_argument("--table", action="store_true", help="also print the table when matplotlib is available")
+    p.add_argument("--title", default="LRC coefficients")
+    args = p.parse_args(argv)
+
+    from fairseq_sret.evaluation import lrc
+
+    if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
+        run_dir = Path(args.inputs[0])
+        paths = lrc.run_checkpoints(run_dir)
+        if not paths:
+            p.error(f"no checkpoint*.pt in {run_dir}")
+    else:
+        paths = [Path(x) for x in args.inputs]
+        run_dir = paths[0].parent
+    print(f"[lrc] reading {len(paths)} checkpoints", file=sys.stderr)
+    traj = lrc.collect(paths)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        matplotlib = None
+    if matplotlib is None or args.table:
+        print(lrc.format_table(traj))
+    if matplotlib is None:
+        print("[lrc] matplotlib is not installed (pip install 'fairseq-sret[plot]'): printed a table instead of "
+              "the plot", file=sys.stderr)
+        return 0
+    out = lrc.plot(traj, args.output or run_dir / "lrc.png", title=args.title)
+    print(f"[lrc] wrote {out}", file=sys.stderr)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

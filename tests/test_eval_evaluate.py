@@ -1,0 +1,86 @@
+"""evaluate(): reading a fairseq-generate output, decoding pieces and choosing the BLEU
+variants from the data-bin's metadata (synthetic data, no model needed)."""
+
+import json
+
+import pytest
+import sacrebleu
+
+from fairseq_sret.data.io import write_lines
+from fairseq_sret.evaluation.evaluate import evaluate, format_report
+from fairseq_sret.evaluation.generate import read_hypotheses
+
+
+def pieces(text: str) -> str:
+    return " ".join("\u2581" + w for w in text.split())
+
+
+def generate_output(path, hyps, skip=()):
+    lines = []
+    for i in reversed(range(len(hyps))):  # fairseq prints in batch order, not by id
+        if i in skip:
+            continue
+        lines += [f"S-{i}\tsrc", f"T-{i}\tref", f"H-{i}\t-0.5\t{pieces(hyps[i])}", f"D-{i}\t-0.5\t{hyps[i]}", f"P-{i}\t-0.1"]
+    lines.append("Generate test with beam=5: BLEU4 = 1.00")
+    write_lines(path, lines)
+    return path
+
+
+def make_data(tmp_path, meta, files):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name, lines in files.items():
+        write_lines(tmp_path / name, lines)
+    (tmp_path / "sret_data.json").write_text(json.dumps(meta))
+    return tmp_path
+
+
+def test_read_hypotheses_orders_by_id_and_fills_gaps(tmp_path):
+    out = generate_output(tmp_path / "gen.txt", ["a b", "c", "d e f"], skip={1})
+    assert read_hypotheses(out) == [pieces("a b"), pieces("d e f")]
+    assert read_hypotheses(out, 3) == [pieces("a b"), "", pieces("d e f")]
+
+
+def test_iwslt_style_scores(tmp_path):
+    hyps = ["we do n&apos;t know .", "it &apos;s a &quot; big &quot; idea ."]
+    refs_tok = ["we don &apos;t know .", "it &apos;s a &quot; big &quot; idea ."]
+    refs_raw = ["We don't know.", 'It\'s a "big" idea.']
+    meta = {"recipe": "iwslt14", "source_lang": "de", "target_lang": "en", "spm_model": "spm.model",
+            "output": "tokenized_lowercased", "scores": ["tokenized_bleu", "sacrebleu_lc"],
+            "subsets": {"test": {"name": "t", "reference": "text/test.raw.en", "reference_tokenized": "text/test.en"}}}
+    data = make_data(tmp_path / "bin", meta, {"text/test.raw.en": refs_raw, "text/test.en": refs_tok,
+                                              "text/test.sp.en": ["x", "y"]})
+    gen = generate_output(tmp_path / "gen.txt", hyps)
+    report = evaluate(data, generate_output=gen, output_dir=tmp_path / "eval")
+    scores = {s["name"]: s for s in report["scores"]}
+    tok = scores["tokenized BLEU (Moses-tokenized, lowercased)"]
+    assert tok["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs_tok], tokenize="none").score)
+    lc = scores["sacreBLEU (detokenized, lowercased)"]
+    detok = ["we do n't know.", 'it\'s a "big" idea.']
+    assert lc["score"] == pytest.approx(sacrebleu.corpus_bleu(detok, [refs_raw], lowercase=True).score)
+    assert "case:lc" in lc["signature"]
+    assert (tmp_path / "eval/test.hyp").read_text().splitlines() == hyps
+    assert json.loads((tmp_path / "eval/test.results.json").read_text())["scores"] == report["scores"]
+    assert "tokenized BLEU" in format_report(report)
+
+
+def test_wmt_style_scores(tmp_path):
+    hyps = ["Das Hotel-Zimmer ist schön.", "Er liest ein Buch."]
+    refs = ["Das Hotel-Zimmer ist sehr schön.", "Er liest ein Buch."]
+    meta = {"recipe": "wmt14", "source_lang": "en", "target_lang": "de", "spm_model": "spm.model",
+            "output": "detokenized", "scores": ["sacrebleu", "compound_split_bleu"],
+            "subsets": {"test": {"name": "newstest2014", "reference": "text/test.raw.de"}}}
+    data = make_data(tmp_path / "bin", meta, {"text/test.raw.de": refs, "text/test.sp.de": ["x", "y"]})
+    report = evaluate(data, generate_output=generate_output(tmp_path / "gen.txt", hyps), output_dir=tmp_path / "e")
+    scores = {s["name"]: s["score"] for s in report["scores"]}
+    assert scores["sacreBLEU"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    split = ["Das Hotel ##AT##-##AT## Zimmer ist schön .", "Er liest ein Buch ."]
+    split_refs = ["Das Hotel ##AT##-##AT## Zimmer ist sehr schön .", "Er liest ein Buch ."]
+    assert scores["compound-split BLEU"] == pytest.approx(
+        sacrebleu.corpus_bleu(split, [split_refs], tokenize="none").score)
+
+
+def test_unknown_subset(tmp_path):
+    meta = {"recipe": "x", "source_lang": "de", "target_lang": "en", "scores": [], "subsets": {"test": {}}}
+    data = make_data(tmp_path / "bin", meta, {})
+    with pytest.raises(ValueError, match="valid"):
+        evaluate(data, generate_output=tmp_path / "gen.txt", subset="valid")
