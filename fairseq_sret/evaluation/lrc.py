@@ -120,10 +120,16 @@ def plot(traj: LRCTrajectory, output, title: str = "LRC coefficients") -> Path:
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False, sharex=True)
     for ax, (layer, items) in zip(axes.flat, groups.items()):
+        components = []  # one colour per residual connection, solid skip / dashed branch
         for label, name in items:
+            component = label.rsplit(".", 1)[0]
+            if component not in components:
+                components.append(component)
+            color = f"C{components.index(component) % 10}"
             style = "-" if label.endswith("skip") else "--"
-            ax.plot(traj.updates, traj.values[name], style, marker="o", markersize=2.5, label=label)
+            ax.plot(traj.updates, traj.values[name], style, color=color, marker="o", markersize=2.5, label=label)
         ax.set_title(layer, fontsize=9)
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[n:]:
