@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .partition import check_partition_mode, compute_partition, group_of_position
+from .partition import cached_partition, check_partition_mode, compute_partition, group_of_position
 
 AttentionCache = Dict[str, Tensor]
 
@@ -155,7 +155,9 @@ class SlicedGroupAttention(nn.Module):
         row_has_key = mask.any(dim=-1, keepdim=True)
         safe_mask = mask | ~row_has_key
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout)
-        if not bool(row_has_key.all()):
+        # Zero the rows without keys. On accelerators multiply unconditionally (exact: x * 1
+        # is x) rather than read ``row_has_key.all()``, a device-to-host sync.
+        if out.device.type != "cpu" or not bool(row_has_key.all()):
             out = out * row_has_key.to(out.dtype)
         return out
 
@@ -214,27 +216,41 @@ class SlicedGroupAttention(nn.Module):
         if mode == "random" and not self.training:
             mode = "strided"
         valid = None if key_padding_mask is None else ~key_padding_mask
-        # Contiguous equal slices of an unpadded batch are a plain reshape (no gather).
-        in_order = valid is None and mode == "contiguous" and length % groups == 0
-        if in_order:
+        # Without padding, equal slices are plain reshapes (no gather, no index tensors):
+        # contiguous slice g holds positions g*S .. g*S+S-1, strided group g positions
+        # g, g+G, g+2G, ... (position s*G+g is slot s of group g).
+        layout = None
+        if valid is None and length % groups == 0 and mode in ("contiguous", "strided"):
+            layout = mode
+        if layout is not None:
             width = length // groups
             slot_valid = inverse = None
-            packed = qkv
+            if layout == "contiguous":
+                packed = qkv
+            else:
+                packed = qkv.view(batch, width, groups, 3 * channels).transpose(1, 2)
         else:
-            slots, slot_valid, inverse = compute_partition(valid, length, groups, mode, qkv.device)
+            if valid is None and mode != "random":
+                # deterministic partition of unpadded sequences: computed once per (L, G, mode)
+                slots, slot_valid, inverse = cached_partition(length, groups, mode, qkv.device)
+            else:
+                slots, slot_valid, inverse = compute_partition(valid, length, groups, mode, qkv.device)
             width = slots.size(1) // groups
-        if in_order:
-            pass
-        elif slots.size(0) == 1:
-            packed = qkv.index_select(1, slots[0])
-        else:
-            packed = qkv.gather(1, slots.unsqueeze(-1).expand(-1, -1, 3 * channels))
+            if slots.size(0) == 1:
+                packed = qkv.index_select(1, slots[0])
+            else:
+                packed = qkv.gather(1, slots.unsqueeze(-1).expand(-1, -1, 3 * channels))
         # (B, G*S, 3C) -> 3 x (B*G, H, S, d)
-        packed = packed.view(batch * groups, width, 3, self.num_heads, self.head_dim)
+        packed = packed.reshape(batch * groups, width, 3, self.num_heads, self.head_dim)
         gq, gk, gv = packed.permute(2, 0, 3, 1, 4).unbind(0)
 
         mask = None
-        if slot_valid is not None and not bool(slot_valid.all()):
+        # Unpadded: every slot holds a token exactly when G divides L (groups of ceil(L/G)
+        # or one fewer), known without reading slot_valid (no device-to-host sync).
+        some_empty = (length % groups != 0) if valid is None else (
+            slot_valid is not None and not bool(slot_valid.all())
+        )
+        if some_empty:
             key_ok = slot_valid.view(-1, groups, width).expand(batch, -1, -1).reshape(batch * groups, 1, 1, width)
             mask = key_ok
             if self.causal:
@@ -242,10 +258,13 @@ class SlicedGroupAttention(nn.Module):
                 # slot order is the causal order
                 mask = mask & torch.ones(width, width, dtype=torch.bool, device=qkv.device).tril()
         out = self._attend(gq, gk, gv, mask, is_causal=self.causal and mask is None)
-        out = out.permute(0, 2, 1, 3).reshape(batch, groups * width, channels)
-        if in_order:
-            pass
-        elif inverse.size(0) == 1:
+        out = out.permute(0, 2, 1, 3)  # (B*G, S, H, d)
+        if layout == "contiguous":
+            return out.reshape(batch, length, channels)
+        if layout == "strided":
+            return out.reshape(batch, groups, width, channels).transpose(1, 2).reshape(batch, length, channels)
+        out = out.reshape(batch, groups * width, channels)
+        if inverse.size(0) == 1:
             out = out.index_select(1, inverse[0])
         else:
             out = out.gather(1, inverse.unsqueeze(-1).expand(-1, -1, channels))

@@ -16,6 +16,7 @@ Partition modes (the real tokens of each sequence are ranked ``0 .. n-1`` in ord
   ``strided`` so that inference is deterministic.
 """
 
+from collections import OrderedDict
 from typing import Optional, Tuple
 
 import torch
@@ -75,6 +76,9 @@ def compute_partition(
     """
     batch = 1 if valid is None else valid.size(0)
     positions = torch.arange(length, device=device).expand(batch, length)
+    # Without padding every mode makes groups of ceil(L/G) or one token fewer, so the slot
+    # width is known without reading the data (no device-to-host sync).
+    known_width = None if valid is not None else max(-(-length // groups), 1)
     if valid is None:
         valid = torch.ones(batch, length, dtype=torch.bool, device=device)
     count = valid.sum(dim=1, keepdim=True)
@@ -97,7 +101,7 @@ def compute_partition(
     sizes = torch.zeros(batch, groups + 1, dtype=torch.long, device=device)
     sizes.scatter_add_(1, group, torch.ones_like(group))
     sizes = sizes[:, :groups]
-    width = max(int(sizes.max()), 1)
+    width = known_width if known_width is not None else max(int(sizes.max()), 1)
     starts = sizes.cumsum(dim=1) - sizes
     in_group = sorted_group < groups
     safe_group = sorted_group.clamp(max=groups - 1)
@@ -125,3 +129,34 @@ def group_of_position(valid: Optional[Tensor], length: int, groups: int, device)
         return (torch.arange(length, device=device) % groups).unsqueeze(0)
     rank = valid.cumsum(dim=1) - 1
     return torch.where(valid, rank % groups, torch.full_like(rank, -1))
+
+
+_CACHE: "OrderedDict[tuple, Tuple[Tensor, Tensor, Tensor]]" = OrderedDict()
+_CACHE_SIZE = 128
+
+
+def cached_partition(length: int, groups: int, mode: str, device: torch.device) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`compute_partition` of an unpadded sequence in a deterministic mode, memoised.
+
+    ``contiguous`` and ``strided`` partitions of L unpadded tokens depend only on
+    (L, G, mode), so they are computed once per device (least-recently-used cache of
+    128 entries) instead of in every forward. Returns (slots, slot_valid, inverse), batch 1.
+    The tensors are shared: do not modify them.
+    """
+    if mode not in ("contiguous", "strided"):
+        raise ValueError(f"only deterministic partitions can be cached, got {mode!r}")
+    if torch.compiler.is_compiling():
+        return compute_partition(None, length, groups, mode, device)
+    key = (length, groups, mode, torch.device(device))
+    hit = _CACHE.get(key)
+    if hit is None:
+        # ordinary tensors even when called under inference_mode, so that a later
+        # training forward may save them for backward
+        with torch.inference_mode(False), torch.no_grad():
+            hit = compute_partition(None, length, groups, mode, device)
+        _CACHE[key] = hit
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+    return hit
