@@ -139,7 +139,8 @@ class RecursiveStage(nn.Module):
 
     ``z = NLL_2(F(NLL_1(F(z))))`` per shared block F (paper Eq. 6); ``groups[r]`` sets the
     attention groups of application ``r``. (B, C, H, W) -> (B, C, H, W); tokens are the
-    pixels in row-major order, so contiguous slices are bands of rows.
+    pixels in row-major order, so contiguous slices are bands of rows. The output keeps the
+    input's memory format (``torch.channels_last`` or contiguous).
     """
 
     def __init__(
@@ -169,10 +170,15 @@ class RecursiveStage(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         b, c, h, w = x.shape
-        x = x.flatten(2).transpose(1, 2)
+        channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        # Tokens (B, HW, C), made contiguous once here: a transposed view would make every
+        # LayerNorm copy its input and every residual sum run on strided memory. Free for a
+        # channels-last input, whose memory already is (B, H, W, C).
+        x = x.flatten(2).transpose(1, 2).contiguous()
         for block in self.blocks:
             x = block(x)
-        return x.transpose(1, 2).reshape(b, c, h, w)
+        x = x.transpose(1, 2).reshape(b, c, h, w)  # a channels-last view
+        return x if channels_last else x.contiguous()
 
 
 def _drop_path_rates(cfg: SReTConfig) -> List[List[float]]:
