@@ -70,3 +70,23 @@ def test_read_lines_keeps_carriage_returns(tmp_path):
     p = tmp_path / "f.txt"
     p.write_bytes("a\rb\nc\u2028d\n".encode())
     assert read_lines(p) == ["a\rb", "c\u2028d"]  # only "\n" ends a line, as in perl
+
+
+def test_sources_accept_an_archive_or_a_folder_with_archives(tmp_path):
+    import tarfile
+
+    from fairseq_sret.data.common import Sources
+
+    src = tmp_path / "de-en"
+    write_lines(src / "train.tags.de-en.de", ["Hallo ."])
+    archive = tmp_path / "dl" / "de-en.tgz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src, arcname="de-en")
+    found = Sources(archive, tmp_path / "work1", {}).find("train.tags.de-en.de")
+    assert read_lines(found) == ["Hallo ."] and "work1" in str(found)
+    found = Sources(archive.parent, tmp_path / "work2", {}).find("train.tags.de-en.de")
+    assert read_lines(found) == ["Hallo ."]
+    assert Sources(src, tmp_path / "work3", {}).find("missing", required=False) is None
+    with pytest.raises(FileNotFoundError, match="official files"):
+        Sources(src, tmp_path / "work3", {}).find("missing")

@@ -102,7 +102,7 @@ def build_data_bin(
         encoded[split] = {}
         for lang in (src_lang, tgt_lang):
             log(f"encoding {split}.{lang} ({len(by_lang[lang]):,} lines)")
-            encoded[split][lang] = codec.encode(by_lang[lang])
+            encoded[split][lang] = codec.encode(by_lang[lang], threads=workers)
     if clean_encoded is not None:
         keep = clean_encoded(encoded["train"][src_lang], encoded["train"][tgt_lang])
         before = len(encoded["train"][src_lang])

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 
 def log(msg: str, prefix: str = "prepare") -> None:
@@ -62,24 +62,15 @@ def find_file(root, names: Sequence[str], required: bool = True) -> Optional[Pat
 
 
 class Progress:
-    """Counts items and logs every ``every`` items (and at most every few seconds)."""
+    """Counts processed items and logs every ``every`` of them."""
 
     def __init__(self, what: str, every: int = 100_000, total: Optional[int] = None):
         self.what, self.every, self.total = what, every, total
         self.n, self.start = 0, time.time()
 
-    def wrap(self, items: Iterable) -> Iterator:
-        for item in items:
-            yield item
-            self.n += 1
-            if self.n % self.every == 0:
-                self._report()
-        self.done()
-
-    def _report(self) -> None:
-        total = f"/{self.total:,}" if self.total else ""
-        log(f"{self.what}: {self.n:,}{total} lines ({time.time() - self.start:.0f}s)")
-
-    def done(self) -> None:
-        if self.n >= self.every:
-            self._report()
+    def add(self, n: int) -> None:
+        before = self.n // self.every
+        self.n += n
+        if self.n // self.every > before:
+            total = f"/{self.total:,}" if self.total else ""
+            log(f"{self.what}: {self.n:,}{total} lines ({time.time() - self.start:.0f}s)")

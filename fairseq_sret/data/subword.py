@@ -60,8 +60,19 @@ class SentencePieceCodec:
         self.model_file = str(model_file)
         self.sp = spm.SentencePieceProcessor(model_file=self.model_file)
 
-    def encode(self, lines: Sequence[str]) -> List[str]:
-        return [" ".join(pieces) for pieces in self.sp.encode(list(lines), out_type=str)]
+    def encode(self, lines: Sequence[str], threads: int = 1, chunk: int = 100_000) -> List[str]:
+        """Space-separated pieces of each line (in chunks: WMT has millions of lines)."""
+        out: List[str] = []
+        for start in range(0, len(lines), chunk):
+            part = list(lines[start : start + chunk])
+            try:
+                encoded = self.sp.encode(part, out_type=str, num_threads=max(1, threads))
+            except TypeError:  # sentencepiece without num_threads
+                encoded = self.sp.encode(part, out_type=str)
+            out.extend(" ".join(pieces) for pieces in encoded)
+            if len(lines) > chunk:
+                log(f"  {min(start + chunk, len(lines)):,}/{len(lines):,} lines")
+        return out
 
     @staticmethod
     def decode(line: str) -> str:

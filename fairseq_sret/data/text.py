@@ -106,20 +106,13 @@ def map_lines(fn: Callable, lines: Sequence[str], workers: int = 1, what: str = 
         with Pool(workers) as pool:
             for part in pool.imap(_apply, [(fn, c, kwargs) for c in chunks]):
                 out.extend(part)
-                _advance(progress, len(part))
+                progress.add(len(part))
     else:
         for c in chunks:
             part = _apply((fn, c, kwargs))
             out.extend(part)
-            _advance(progress, len(part))
+            progress.add(len(part))
     return out
-
-
-def _advance(progress: Progress, n: int) -> None:
-    before = progress.n // progress.every
-    progress.n += n
-    if progress.n // progress.every > before:
-        progress._report()
 
 
 # ------------------------------------------------------------------ cleaning
