@@ -4,7 +4,6 @@ fairseq-style checkpoints."""
 import argparse
 import collections
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest

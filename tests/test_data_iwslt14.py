@@ -8,8 +8,10 @@ of the lines.
 """
 
 import itertools
+import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -47,10 +49,12 @@ def fake_valid_source(shared, lang, n=None):
     return [recase(x, lang) for x in lines]
 
 
+# the shared_dir fixture's folder (tests/conftest.py), for module-scoped fixtures
+SHARED = Path(os.environ.get("SRET_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+
+
 @pytest.fixture(scope="module")
 def iwslt_dir(tmp_path_factory):
-    from conftest import SHARED
-
     if not SHARED.is_dir():
         pytest.skip(f"shared data folder {SHARED} not present")
     data = SHARED / "data/iwslt14"

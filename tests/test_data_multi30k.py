@@ -2,6 +2,8 @@
 for speed; the valid and test sets are complete)."""
 
 import gzip
+import os
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +13,12 @@ from fairseq_sret.data.io import read_lines, write_lines
 N_TRAIN = 3000
 
 
+# the shared_dir fixture's folder (tests/conftest.py), for module-scoped fixtures
+SHARED = Path(os.environ.get("SRET_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+
+
 @pytest.fixture(scope="module")
 def m30k_dir(tmp_path_factory):
-    from conftest import SHARED
-
     raw = SHARED / "data/multi30k/raw"
     if not raw.is_dir():
         pytest.skip(f"shared data folder {raw} not present")

@@ -2,7 +2,9 @@
 training sample (split into the three WMT'14 corpora, detokenized back to raw text) and
 the real newstest2013 / newstest2014 files."""
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -13,10 +15,12 @@ from fairseq_sret.data.text import moses_detokenize, sgm_segments
 N_TRAIN = 3000
 
 
+# the shared_dir fixture's folder (tests/conftest.py), for module-scoped fixtures
+SHARED = Path(os.environ.get("SRET_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+
+
 @pytest.fixture(scope="module")
 def wmt_dir(tmp_path_factory):
-    from conftest import SHARED
-
     if not SHARED.is_dir():
         pytest.skip(f"shared data folder {SHARED} not present")
     data = SHARED / "data/wmt14"

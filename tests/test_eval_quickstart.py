@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from fairseq_sret.data.io import read_lines, write_lines
 
 REPO = Path(__file__).resolve().parents[1]

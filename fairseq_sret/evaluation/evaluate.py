@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ..data.common import read_metadata
-from ..data.io import log, read_lines, write_lines
+from ..data.io import read_lines, write_lines
 from ..data.subword import SentencePieceCodec
 from ..data.text import moses_detokenize
 from . import bleu
