@@ -291,18 +291,19 @@ class SlicedGroupAttention(nn.Module):
         cache["k"], cache["v"] = k, v
         total, new = k.size(2), q.size(2)
         key_padding_mask = self._extend_cached_padding(key_padding_mask, cache, total, new)
-        positions = torch.arange(total, device=x.device)
-        mask = positions[None, :] <= positions[total - new:, None]  # (T_new, total)
-        mask = mask[None, None]
-        if key_padding_mask is not None:
-            mask = mask & ~key_padding_mask[:, None, None, :]
-        if groups > 1:
-            valid = None if key_padding_mask is None else ~key_padding_mask
-            group = group_of_position(valid, total, groups, x.device)  # (B|1, total)
-            same = group[:, None, total - new:, None] == group[:, None, None, :]
-            mask = mask & same
         if new == 1 and key_padding_mask is None and groups == 1:
             mask = None  # one query attending to every cached key: no mask needed
+        else:
+            positions = torch.arange(total, device=x.device)
+            mask = positions[None, :] <= positions[total - new:, None]  # (T_new, total)
+            mask = mask[None, None]
+            if key_padding_mask is not None:
+                mask = mask & ~key_padding_mask[:, None, None, :]
+            if groups > 1:
+                valid = None if key_padding_mask is None else ~key_padding_mask
+                group = group_of_position(valid, total, groups, x.device)  # (B|1, total)
+                same = group[:, None, total - new:, None] == group[:, None, None, :]
+                mask = mask & same
         out = self._attend(q, k, v, mask, is_causal=False)
         return self.out_proj(self._merge_heads(out))
 
