@@ -1,0 +1,177 @@
+"""Shared helpers of the benchmark scripts (scripts/bench_*.py): hardware line, interleaved
+timing, peak memory and markdown tables.
+
+Timing rule of every benchmark here: the variants that are compared are measured in the
+same process, round-robin (variant A, B, C, A, B, C, ...), and the ratio of their median
+per-iteration times is the result; absolute times are context only (shared machines are
+noisy).
+"""
+
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+
+def pick_device(name: Optional[str]) -> torch.device:
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def set_threads(threads: Optional[int]) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_line(device: torch.device) -> str:
+    """One line naming the device, the software and the threads (printed by every script)."""
+    parts = []
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(torch.cuda.current_device() if device.index is None else device.index)
+        parts.append(f"device: {props.name} ({props.total_memory / 2**30:.0f} GiB)")
+        parts.append(f"cuda {torch.version.cuda}")
+    else:
+        parts.append(f"device: CPU {_cpu_model()}")
+    parts.append(f"host cores {os.cpu_count()}")
+    parts.append(f"torch threads {torch.get_num_threads()}")
+    parts.append(f"torch {torch.__version__}")
+    parts.append(f"python {platform.python_version()}")
+    try:
+        parts.append("load avg " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    except OSError:
+        pass
+    return "hardware: " + " | ".join(parts)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    fns: Dict[str, Callable[[], object]],
+    device: torch.device,
+    warmup: int = 2,
+    iters: int = 5,
+    rounds: int = 3,
+) -> Dict[str, List[float]]:
+    """Seconds per call of every function, measured round-robin.
+
+    Each function first runs ``warmup`` times; then, ``rounds`` times, each function runs
+    ``iters`` times in a row and the mean of that run is recorded. Returns
+    {name: [seconds per call, one per round]}.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            sync(device)
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            sync(device)
+            times[name].append((time.perf_counter() - start) / iters)
+    return times
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device) -> Optional[int]:
+    """Peak bytes allocated by one call of ``fn`` above what was allocated before it.
+
+    CUDA: the caching allocator's statistics. CPU: the allocation events of torch's
+    profiler (``profile_memory=True``), summed in time order; None if unavailable.
+    """
+    if device.type == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        fn()
+        sync(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    except Exception as err:  # profiler internals differ between torch versions
+        print(f"warning: CPU peak memory unavailable ({type(err).__name__}: {err})", file=sys.stderr)
+        return None
+    current = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        current += event.nbytes()
+        peak = max(peak, current)
+    return peak
+
+
+def mib(nbytes: Optional[int]) -> str:
+    return "n/a" if nbytes is None else f"{nbytes / 2**20:.1f}"
+
+
+def fmt_ratio(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A markdown table under a '### title' line (flushed, so partial logs keep it)."""
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "|".join("---" for _ in headers) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+    print(flush=True)
+
+
+def command_line() -> str:
+    """The command that produced the output, for the docs."""
+    args = " ".join(sys.argv[1:])
+    return f"command: python {os.path.relpath(sys.argv[0], os.getcwd())} {args}".rstrip()
+
+
+def quiet_logging() -> None:
+    """fairseq's import sets the root logger to DEBUG; keep benchmark logs to the tables."""
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def flop_counter():
+    """torch's FlopCounterMode, plus the CPU flash-attention kernel it has no formula for."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    custom = {}
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is not None:
+        custom[op] = _cpu_sdpa_flops
+    return FlopCounterMode(display=False, custom_mapping=custom)

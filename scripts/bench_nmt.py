@@ -1,0 +1,229 @@
+#!/usr/bin/env python
+"""Translation-model speed: sret_transformer against fairseq's transformer (issue #6, item 3).
+
+    python scripts/bench_nmt.py                     # IWSLT'14 sizes, CPU
+    python scripts/bench_nmt.py --threads 2 --batch 32 --src-len 30 --tgt-len 30
+    python scripts/bench_nmt.py --smoke             # tiny, seconds (harness check)
+
+Models are built through fairseq's model registry with the same width, heads, FFN size and
+vocabulary (joined 10K, decoder input/output embeddings shared, as in the README's table):
+
+  fairseq        ``transformer_iwslt_de_en``: 6 encoder + 6 decoder layers
+  sret           ``sret_transformer_iwslt_de_en``: 3 unique layers x 2 recursions per side
+                 (the same 6+6 layer applications), NLL after every application, LRC
+  sret, no NLL   the same with ``--nll-ratio 0``: recursion + LRC only, i.e. exactly the
+                 layer applications fairseq's model computes (the NLLs are extra layers
+                 of the paper's architecture, ~20% more FLOPs at NLL ratio 1)
+
+Training: target tokens/s of one step (forward, label-smoothed cross-entropy, backward, Adam
+step) on a synthetic batch of ``--batch`` sentence pairs whose lengths are drawn up to
+``--src-len``/``--tgt-len`` (left-padded sources, right-padded targets, as fairseq batches).
+Generation: sentences/s of beam-5 ``fairseq.sequence_generator.SequenceGenerator`` on
+``--gen-batch`` sources, every hypothesis forced to ``--tgt-len`` tokens (``min_len`` =
+``max_len``) so that both models decode the same number of steps. All models are measured
+in this one process, round-robin; ratios are over fairseq's model. Also printed: parameters,
+forward GFLOPs of the training batch (torch's flop counter) and the peak memory of one step
+(CPU: torch profiler allocations; CUDA: the allocator's peak).
+Targets (issue #6): training >= 0.95x, generation >= 0.90x of fairseq's speed.
+"""
+
+import argparse
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from _bench_common import (
+    command_line, flop_counter, fmt_ratio, hardware_line, measure, median, mib, peak_memory, pick_device,
+    print_table, quiet_logging, set_threads,
+)
+
+import fairseq_sret  # noqa: F401,E402  (registers sret_transformer)
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+
+TARGETS = {"train": 0.95, "generate": 0.90}
+warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
+
+
+class Task:
+    def __init__(self, vocab):
+        d = Dictionary()
+        for i in range(vocab - len(d)):
+            d.add_symbol(f"tok{i}")
+        self.source_dictionary = self.target_dictionary = d
+
+
+def build(arch, task, **overrides):
+    args = argparse.Namespace(share_decoder_input_output_embed=True, **overrides)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task), args
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--fairseq-arch", default="transformer_iwslt_de_en")
+    p.add_argument("--sret-arch", default="sret_transformer_iwslt_de_en")
+    p.add_argument("--vocab", type=int, default=10000)
+    p.add_argument("--batch", type=int, default=32, help="sentence pairs per training batch")
+    p.add_argument("--src-len", type=int, default=30, help="longest source (tokens, incl. EOS)")
+    p.add_argument("--tgt-len", type=int, default=30, help="longest target; also the generated length")
+    p.add_argument("--gen-batch", type=int, default=16, help="sentences per generation batch")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--iters", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--skip-generate", action="store_true")
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.vocab, args.batch, args.src_len, args.tgt_len, args.gen_batch = 200, 4, 8, 6, 2
+        args.warmup, args.iters, args.rounds = 1, 1, 1
+        args.small = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64,
+                          decoder_ffn_embed_dim=64, encoder_attention_heads=4, decoder_attention_heads=4)
+    else:
+        args.small = {}
+    return args
+
+
+def synthetic_batch(task, batch, src_len, tgt_len, device, seed=0):
+    """fairseq-style batch: left-padded sources, right-padded targets, prev_output_tokens."""
+    d = task.source_dictionary
+    g = torch.Generator().manual_seed(seed)
+    src_lengths = torch.randint(max(2, src_len // 2), src_len + 1, (batch,), generator=g)
+    tgt_lengths = torch.randint(max(2, tgt_len // 2), tgt_len + 1, (batch,), generator=g)
+    src = torch.full((batch, src_len), d.pad(), dtype=torch.long)
+    target = torch.full((batch, tgt_len), d.pad(), dtype=torch.long)
+    prev = torch.full((batch, tgt_len), d.pad(), dtype=torch.long)
+    for i, (s, t) in enumerate(zip(src_lengths.tolist(), tgt_lengths.tolist())):
+        words = torch.randint(d.nspecial, len(d), (s - 1,), generator=g)
+        src[i, src_len - s:] = torch.cat([words, torch.tensor([d.eos()])])
+        out = torch.randint(d.nspecial, len(d), (t - 1,), generator=g)
+        target[i, :t] = torch.cat([out, torch.tensor([d.eos()])])
+        prev[i, :t] = torch.cat([torch.tensor([d.eos()]), out])
+    return {
+        "net_input": {"src_tokens": src.to(device), "src_lengths": src_lengths.to(device),
+                      "prev_output_tokens": prev.to(device)},
+        "target": target.to(device),
+        "ntokens": int(tgt_lengths.sum()),
+    }
+
+
+def train_step_fn(model, sample, pad):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98))
+
+    def step():
+        model.train()
+        logits, _ = model(**sample["net_input"])
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), sample["target"].view(-1),
+                               ignore_index=pad, label_smoothing=0.1, reduction="sum")
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def generate_fn(model, task, sample, beam, length):
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0,
+                                  max_len_b=length, min_len=length)
+    net_input = {"src_tokens": sample["net_input"]["src_tokens"], "src_lengths": sample["net_input"]["src_lengths"]}
+
+    def step():
+        model.eval()
+        with torch.no_grad():
+            hyps = generator.forward({"net_input": net_input})
+        return hyps
+
+    return step
+
+
+def forward_gflops(model, sample):
+    model.eval()
+    with torch.no_grad(), flop_counter() as counter:
+        model(**sample["net_input"])
+    return counter.get_total_flops() / 1e9
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    set_threads(args.threads)
+    quiet_logging()
+    device = pick_device(args.device)
+    task = Task(args.vocab)
+    pad = task.target_dictionary.pad()
+    print(command_line())
+    print(hardware_line(device))
+    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds)")
+
+    torch.manual_seed(0)
+    models = {}
+    models["fairseq transformer"], fa = build(args.fairseq_arch, task, **args.small)
+    models["sret"], sa = build(args.sret_arch, task, **args.small)
+    models["sret, no NLL"], _ = build(args.sret_arch, task, nll_ratio=0.0, **args.small)
+    for m in models.values():
+        m.to(device)
+    apps = {
+        "fairseq transformer": (fa.encoder_layers, fa.decoder_layers),
+        "sret": (sa.encoder_layers * sa.encoder_recursions, sa.decoder_layers * sa.decoder_recursions),
+    }
+    apps["sret, no NLL"] = apps["sret"]
+    print(f"architectures: {args.fairseq_arch} vs {args.sret_arch} (unique layers {sa.encoder_layers}+"
+          f"{sa.decoder_layers} x {sa.encoder_recursions} recursions); width {fa.encoder_embed_dim}, FFN "
+          f"{fa.encoder_ffn_embed_dim}, heads {fa.encoder_attention_heads}, vocabulary {len(task.source_dictionary)}, "
+          f"dropout {fa.dropout} / {sa.dropout}")
+
+    sample = synthetic_batch(task, args.batch, args.src_len, args.tgt_len, device)
+    ntok = sample["ntokens"]
+    params = {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()}
+    gflops = {n: forward_gflops(m, sample) for n, m in models.items()}
+
+    train = {n: train_step_fn(m, sample, pad) for n, m in models.items()}
+    t = measure(train, device, args.warmup, args.iters, args.rounds)
+    mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
+    base = median(t["fairseq transformer"])
+    rows = []
+    for n in models:
+        s = median(t[n])
+        rows.append([n, "{}+{}".format(*apps[n]), f"{params[n] / 1e6:.2f}", f"{gflops[n]:.2f}",
+                     f"{ntok / s:,.0f}", fmt_ratio(base / s), fmt_ratio(gflops["fairseq transformer"] / gflops[n]),
+                     f"{s * 1e3:.0f}", mib(mem[n])])
+    print_table(
+        f"NMT training ({device.type}): target tokens/s, batch of {args.batch} pairs, {ntok} target tokens "
+        f"(lengths up to {args.src_len}/{args.tgt_len})",
+        ["model", "layer applications enc+dec", "params (M)", "forward GFLOPs", "target tokens/s",
+         "speed vs fairseq", "FLOPs ratio (fairseq / model)", "ms / step", "peak MiB (step)"],
+        rows,
+    )
+    print(f"target check (train): sret = {base / median(t['sret']):.2f}x fairseq (target >= {TARGETS['train']}x);"
+          f" sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
+
+    if not args.skip_generate:
+        gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
+        gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len) for n, m in models.items()}
+        lengths = {n: sorted({len(h[0]["tokens"]) for h in gen[n]()}) for n in models}
+        t = measure(gen, device, 0, args.iters, args.rounds)
+        mem = {n: (None if args.no_memory else peak_memory(gen[n], device)) for n in models}
+        base = median(t["fairseq transformer"])
+        rows = []
+        for n in models:
+            s = median(t[n])
+            rows.append([n, f"{params[n] / 1e6:.2f}", f"{args.gen_batch / s:.2f}", fmt_ratio(base / s),
+                         f"{s * 1e3:.0f}", ",".join(map(str, lengths[n])), mib(mem[n])])
+        print_table(
+            f"NMT generation ({device.type}): beam {args.beam}, {args.gen_batch} sentences per batch, "
+            f"sentences/s",
+            ["model", "params (M)", "sentences/s", "speed vs fairseq", "ms / batch", "output tokens (incl. EOS)",
+             "peak MiB (batch)"],
+            rows,
+        )
+        print(f"target check (generate): sret = {base / median(t['sret']):.2f}x fairseq (target >= "
+              f"{TARGETS['generate']}x); sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The prepared GPU benchmark run of issue #6: items 1 (attention), 2 (Theorem 1 FLOPs) and
+# 4 (vision throughput vs timm), plus scripts/gpu_checks.py when present. Needs torch (and
+# timm for the baselines); never imports fairseq. Writes at most 8 logs to $OUT.
+#
+#   OUT=/some/dir bash scripts/gpu_bench.sh          # on the GPU machine, from anywhere
+#   SMOKE=1 OUT=/tmp/x bash scripts/gpu_bench.sh     # CPU dry run of the same steps, tiny sizes
+#   GPU_BENCH_STEPS="attention theorem1" ...         # only these steps
+#
+# Budget: BUDGET seconds (default 340) for everything; each step runs under `timeout`,
+# and the torch.compile steps (last) get only what is left, so the whole run stays under
+# ~6 minutes on an H100. Logs: env.txt, gpu_checks.txt, attention.txt, theorem1.txt,
+# vision.txt, vision_compile.txt, summary.txt.
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+OUT="${OUT:?set OUT to the folder for the logs}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python}"
+SMOKE="${SMOKE:-0}"
+BUDGET="${BUDGET:-340}"
+start=$SECONDS
+summary="$OUT/summary.txt"
+: > "$summary"
+
+left() { echo $(( BUDGET - (SECONDS - start) )); }
+
+# step NAME MAX_SECONDS COMMAND...: run with a timeout of min(MAX_SECONDS, time left)
+step() {
+    local name="$1" max="$2"; shift 2
+    if [[ -n "${GPU_BENCH_STEPS:-}" && " $GPU_BENCH_STEPS " != *" $name "* ]]; then
+        return  # not selected
+    fi
+    local limit; limit=$(left)
+    (( limit > max )) && limit=$max
+    if (( limit < 15 )); then
+        echo "$name: skipped (budget spent)" | tee -a "$summary"
+        return
+    fi
+    local t0=$SECONDS
+    echo "== $name (limit ${limit}s): $*" | tee -a "$summary"
+    timeout -k 10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    local rc=$?
+    echo "   rc=$rc after $(( SECONDS - t0 ))s (total $(( SECONDS - start ))s)" | tee -a "$summary"
+}
+
+{
+    echo "date: $(date -u +%FT%TZ)"
+    echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo n/a) $(git status --porcelain 2>/dev/null | wc -l) changed files"
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    "$PY" - <<'PYEOF'
+import platform, os, torch
+print("python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda,
+      "| cudnn", torch.backends.cudnn.version(), "| cpus", os.cpu_count())
+if torch.cuda.is_available():
+    print("gpu", torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+try:
+    import timm; print("timm", timm.__version__)
+except Exception as e:
+    print("timm not importable:", e)
+try:
+    import fairseq; print("fairseq present (unused)")
+except Exception:
+    print("fairseq absent (not needed)")
+PYEOF
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+if [[ "$SMOKE" == 1 ]]; then
+    S=(--smoke); DEV=(--device cpu)
+    VISION=(--smoke)
+    COMPILE=()
+    [[ "${SMOKE_COMPILE:-0}" == 1 ]] && COMPILE=(--smoke --models sret_t --variants eager --compile sret_t)
+else
+    S=(); DEV=(--device cuda)
+    VISION=(--models sret_t deit_tiny_patch16_224 sret_tl sret_s deit_small_patch16_224 pit_ti_224 pit_s_224
+            --variants eager cl graph --timm-variants eager graph --warmup 3 --iters 10 --rounds 3
+            --time-budget 100)
+    # torch.compile (cl + default mode): SReT-T first, DeiT-T only if the budget has room;
+    # the eager/graph rows of both are re-measured in the same process for the ratios
+    COMPILE=(--models deit_tiny_patch16_224 sret_t --variants eager graph --compile sret_t deit_tiny_patch16_224
+             --warmup 3 --iters 10 --rounds 3 --compile-estimate 45 90)
+fi
+
+if [[ -f scripts/gpu_checks.py && "$SMOKE" != 1 ]]; then
+    step gpu_checks 75 "$PY" scripts/gpu_checks.py
+fi
+step attention 75 "$PY" scripts/bench_attention.py "${DEV[@]}" "${S[@]}"
+step theorem1 40 "$PY" scripts/bench_theorem1.py "${DEV[@]}" "${S[@]}"
+step vision 150 "$PY" scripts/bench_vision.py "${VISION[@]}" "${DEV[@]}"
+if (( ${#COMPILE[@]} )); then
+    # the python budget (compile variants that would not fit are skipped) sits inside the timeout
+    step vision_compile 400 "$PY" scripts/bench_vision.py "${COMPILE[@]}" "${DEV[@]}" --time-budget $(( $(left) - 30 ))
+fi
+echo "done in $(( SECONDS - start ))s" | tee -a "$summary"

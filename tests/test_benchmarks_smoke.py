@@ -1,0 +1,94 @@
+"""The benchmark scripts run end to end in their tiny --smoke settings (issue #6).
+
+Harness correctness only: exit status 0 and the expected table rows; no timing assertions.
+"""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+HAVE_FAIRSEQ = importlib.util.find_spec("fairseq") is not None
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def run_script(name, *args, timeout=120):
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / name), "--smoke", *args], cwd=REPO, env=_env(),
+        capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def rows(text, first_cell):
+    """Markdown table rows whose first cell is ``first_cell``."""
+    return [line for line in text.splitlines() if re.match(rf"\|\s*{re.escape(first_cell)}\s*\|", line)]
+
+
+def test_bench_attention_smoke():
+    out = run_script("bench_attention.py", "--device", "cpu")
+    assert out.startswith("command: ") and "\nhardware: device: CPU" in out
+    assert "### attention: G scaling" in out and "### attention: G=1 parity" in out
+    for length in (16, 32):
+        scaling = [r for r in rows(out, str(length)) if r.count("|") == 12]
+        assert len(scaling) == 3, out  # G = 1, 2, 4
+        assert re.search(r"\| 1\.00x \|", scaling[0])
+    assert sum("ours (G=1)" in line for line in out.splitlines()) == 2
+    assert sum("direct SDPA + projections" in line and "| 1.00x |" in line for line in out.splitlines()) == 2
+
+
+def test_bench_theorem1_smoke():
+    out = run_script("bench_theorem1.py")
+    assert "Theorem 1 check: holds exactly" in out
+    for n, g in ((1, 1), (1, 2), (2, 1), (2, 2)):
+        row = [r for r in rows(out, str(n)) if re.match(rf"\| {n} \| {g} \|", r)]
+        assert row and "| 1.0000 |" in row[0], out
+    stage = rows(out, "1")[-1]
+    assert "| 0.3125 | 0.3125 |" in stage, out  # SReT-T stage 1: groups 8, 2 -> (1/8 + 1/2) / 2
+
+
+def test_bench_vision_smoke():
+    out = run_script("bench_vision.py")
+    assert "### vision inference" in out and "### vision training step" in out
+    ours = rows(out, "SReT-T")
+    assert len(ours) == 4, out  # eager + cl, inference and training
+    assert all(re.search(r"\| \d[\d,]* \|", r) for r in ours), out  # images/s filled in
+    if importlib.util.find_spec("timm") is None:
+        assert "timm not installed: skipping deit_tiny_patch16_224" in out
+    else:
+        assert len(rows(out, "DeiT-T")) >= 2
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_bench_nmt_smoke():
+    out = run_script("bench_nmt.py")
+    assert "### NMT training" in out and "### NMT generation" in out
+    for name in ("fairseq transformer", "sret", "sret, no NLL"):
+        assert len(rows(out, name)) == 2, out
+    assert rows(out, "fairseq transformer")[0].count("1.00x") == 2
+    assert "target check (train)" in out and "target check (generate)" in out
+
+
+def test_gpu_bench_script_dry_run(tmp_path):
+    """scripts/gpu_bench.sh in its CPU dry-run mode writes its logs under $OUT."""
+    env = dict(_env(), SMOKE="1", OUT=str(tmp_path), PYTHON=sys.executable, GPU_BENCH_STEPS="attention")
+    proc = subprocess.run(["bash", str(SCRIPTS / "gpu_bench.sh")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "== attention" in summary and "rc=0" in summary and "done in" in summary
+    assert "### attention: G scaling" in (tmp_path / "attention.txt").read_text()
+    assert (tmp_path / "env.txt").read_text().startswith("date: ")
+    assert len(list(tmp_path.iterdir())) <= 8
