@@ -14,6 +14,8 @@ device: this measures the model, not a data pipeline.
 
 Variants (``--variants``, each applied to every model; timm models too, so that the
 comparison is like for like):
+  legacy  (``--legacy MODEL ...``, ours only) eager with the code paths from before issue
+          #6's optimizations, see scripts/_legacy_sret.py: the before/after of that work
   eager   the model as built (NCHW)
   cl      channels-last memory format (model and input)
   graph   cl + the whole inference forward captured in a CUDA graph (CUDA, infer only):
@@ -56,6 +58,9 @@ def parse_args(argv=None):
     p.add_argument("--variants", nargs="+", choices=["eager", "cl", "graph"], default=["eager", "cl", "graph"])
     p.add_argument("--timm-variants", nargs="+", choices=["eager", "cl", "graph"], default=None,
                    help="variants of the timm models (default: --variants)")
+    p.add_argument("--legacy", nargs="*", default=[], metavar="MODEL",
+                   help="our models that also get a 'legacy' variant: NCHW eager with the code paths from"
+                        " before issue #6's optimizations (scripts/_legacy_sret.py)")
     p.add_argument("--compile", nargs="*", default=[], metavar="MODEL",
                    help="models that also get a torch.compile variant ('all' for every model)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
@@ -81,6 +86,7 @@ def parse_args(argv=None):
     if args.smoke:
         args.device = "cpu" if args.device == "auto" else args.device
         args.models = ["sret_t", "deit_tiny_patch16_224"]
+        args.legacy = args.legacy or ["sret_t"]
         args.batch_infer, args.batch_train, args.img_size = 2, 2, 64
         args.warmup, args.iters, args.rounds = 1, 1, 1
     return args
@@ -129,6 +135,10 @@ class Variant:
         args, device = self.args, self.device
         torch.manual_seed(0)
         model = build(self.name, args.img_size).to(device)
+        if self.variant == "legacy":
+            from _legacy_sret import patch_legacy
+
+            patch_legacy(model)
         self.params = sum(p.numel() for p in model.parameters())
         batch = args.batch_infer if self.mode == "infer" else args.batch_train
         x = torch.randn(batch, 3, args.img_size, args.img_size, device=device)
@@ -197,6 +207,8 @@ def run_mode(mode, args, device, dtype, deadline):
             if variant == "graph" and (device.type != "cuda" or mode != "infer"):
                 continue
             variants.append(Variant(name, variant, mode, args, device, dtype))
+    for name in args.legacy:
+        variants.insert(0, Variant(name, "legacy", mode, args, device, dtype))
     # compiled variants last, in the order given (they are the slow ones to prepare)
     for name in (args.models if "all" in args.compile else args.compile):
         variants.append(Variant(name, "compile", mode, args, device, dtype))
@@ -239,15 +251,17 @@ def run_mode(mode, args, device, dtype, deadline):
     ref_name = args.reference or ("deit_tiny_patch16_224" if "deit_tiny_patch16_224" in args.models else args.models[0])
     ref = next((v for v in ready if v.name == ref_name and v.variant == "eager"), None)
     same = {v.variant: v for v in ready if v.name == ref_name}
+    own = {v.name: v for v in ready if v.variant == "eager"}
     rows = []
     for v in variants:
         if v.step is None:
-            rows.append([NAMES.get(v.name, v.name), v.variant, batch, v.error, "", "", "", "", ""])
+            rows.append([NAMES.get(v.name, v.name), v.variant, batch, v.error, "", "", "", "", "", ""])
             continue
         r = rate[id(v)]
-        twin = same.get(v.variant)
+        twin, mine = same.get(v.variant), own.get(v.name)
         rows.append([
             NAMES.get(v.name, v.name), v.variant, batch, f"{r:,.0f}",
+            fmt_ratio(r / rate[id(mine)]) if mine else "n/a",
             fmt_ratio(r / rate[id(ref)]) if ref else "n/a",
             fmt_ratio(r / rate[id(twin)]) if twin else "n/a",
             f"{median(times[id(v)]) * 1e3:.2f}", mib(v.peak), f"{v.params / 1e6:.2f}",
@@ -257,7 +271,7 @@ def run_mode(mode, args, device, dtype, deadline):
     prec = str(dtype).replace("torch.", "") + " autocast" if dtype is not None else "float32"
     print_table(
         f"vision {what}: images/s ({device.type}, {prec}, {args.img_size}x{args.img_size}, batch {batch})",
-        ["model", "variant", "batch", "images/s", f"vs {ref_label} eager", f"vs {ref_label} same variant",
+        ["model", "variant", "batch", "images/s", "vs own eager", f"vs {ref_label} eager", f"vs {ref_label} same variant",
          "ms / iter", "peak MiB", "params (M)"],
         rows,
     )
@@ -293,6 +307,7 @@ def main(argv=None):
     missing = [m for m in args.models if not is_model(m) and not have_timm]
     args.models = [m for m in args.models if m not in missing]
     args.compile = [m for m in args.compile if m == "all" or m in args.models]
+    args.legacy = [m for m in args.legacy if m in args.models and is_model(m)]
     print(command_line())
     print(hardware_line(device))
     if have_timm:

@@ -77,7 +77,7 @@ if [[ "$SMOKE" == 1 ]]; then
 else
     S=(); DEV=(--device cuda)
     VISION=(--models sret_t deit_tiny_patch16_224 sret_tl sret_s deit_small_patch16_224 pit_ti_224 pit_s_224
-            --variants eager cl graph --timm-variants eager graph --warmup 3 --iters 10 --rounds 3
+            --variants eager cl graph --timm-variants eager graph --legacy sret_t --warmup 3 --iters 10 --rounds 3
             --time-budget 100)
     # torch.compile (cl + default mode): SReT-T first, DeiT-T only if the budget has room;
     # the eager/graph rows of both are re-measured in the same process for the ratios
