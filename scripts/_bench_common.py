@@ -175,3 +175,33 @@ def flop_counter():
     if op is not None:
         custom[op] = _cpu_sdpa_flops
     return FlopCounterMode(display=False, custom_mapping=custom)
+
+
+def profile_table(step, device, title: str, steps: int = 2, rows: int = 15) -> None:
+    """Print torch.profiler's top operators of ``steps`` calls of ``step`` (self time on the
+    device for CUDA, on the CPU otherwise) and the number of device kernels per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync(device)
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        sync(device)
+    averages = prof.key_averages()
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    print(f"\n#### profile: {title} ({steps} calls, sorted by self {'CUDA' if cuda else 'CPU'} time)\n")
+    try:
+        table = averages.table(sort_by=sort, row_limit=rows, max_name_column_width=70)
+    except Exception:  # older torch names the column self_cuda_time_total
+        table = averages.table(sort_by="self_cuda_time_total" if cuda else sort, row_limit=rows)
+    print(table)
+    if cuda:
+        kernels = sum(1 for e in prof.events() if getattr(e, "device_type", None) is not None
+                      and str(e.device_type).endswith("CUDA"))
+        print(f"device kernels per call: {kernels / steps:.0f}")
+    else:
+        ops = sum(e.count for e in averages if e.key.startswith("aten::"))
+        print(f"aten operator calls per call (nested included): {ops / steps:.0f}")
+    print(flush=True)

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from _bench_common import (
     command_line, flop_counter, fmt_ratio, hardware_line, measure, median, mib, peak_memory, pick_device,
-    print_table, quiet_logging, set_threads,
+    print_table, profile_table, quiet_logging, set_threads,
 )
 
 import fairseq_sret  # noqa: F401,E402  (registers sret_transformer)
@@ -78,6 +78,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--skip-generate", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="print torch.profiler tables of one training step and one generation batch per model")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args(argv)
     if args.smoke:
@@ -142,6 +144,18 @@ def generate_fn(model, task, sample, beam, length):
     return step
 
 
+def label_reorder(model):
+    """Make the beam-search cache reordering a named row in profiler tables."""
+    decoder = model.decoder
+    inner = decoder.reorder_incremental_state_scripting
+
+    def reorder(incremental_state, new_order):
+        with torch.profiler.record_function("## decoder.reorder_incremental_state"):
+            return inner(incremental_state, new_order)
+
+    decoder.reorder_incremental_state_scripting = reorder
+
+
 def forward_gflops(model, sample):
     model.eval()
     with torch.no_grad(), flop_counter() as counter:
@@ -201,6 +215,9 @@ def main(argv=None):
     )
     print(f"target check (train): sret = {base / median(t['sret']):.2f}x fairseq (target >= {TARGETS['train']}x);"
           f" sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
+    if args.profile:
+        for n in models:
+            profile_table(train[n], device, f"training step, {n}", steps=1, rows=12)
 
     if not args.skip_generate:
         gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
@@ -223,6 +240,10 @@ def main(argv=None):
         )
         print(f"target check (generate): sret = {base / median(t['sret']):.2f}x fairseq (target >= "
               f"{TARGETS['generate']}x); sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
+        if args.profile:
+            for n, m in models.items():
+                label_reorder(m)
+                profile_table(gen[n], device, f"beam-{args.beam} generation, {n}", steps=1, rows=14)
 
 
 if __name__ == "__main__":

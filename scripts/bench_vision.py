@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from _bench_common import (
-    command_line, fmt_ratio, hardware_line, median, mib, peak_memory, pick_device, print_table, quiet_logging,
-    set_threads, sync,
+    command_line, fmt_ratio, hardware_line, median, mib, peak_memory, pick_device, print_table, profile_table,
+    quiet_logging, set_threads, sync,
 )
 from fairseq_sret.vision import create_model, is_model
 
@@ -61,6 +61,8 @@ def parse_args(argv=None):
     p.add_argument("--legacy", nargs="*", default=[], metavar="MODEL",
                    help="our models that also get a 'legacy' variant: NCHW eager with the code paths from"
                         " before issue #6's optimizations (scripts/_legacy_sret.py)")
+    p.add_argument("--profile", nargs="*", default=[], metavar="MODEL[:VARIANT]",
+                   help="print a torch.profiler table of these models (eager unless :VARIANT is given)")
     p.add_argument("--compile", nargs="*", default=[], metavar="MODEL",
                    help="models that also get a torch.compile variant ('all' for every model)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
@@ -280,6 +282,12 @@ def run_mode(mode, args, device, dtype, deadline):
             if v.name == "sret_t":
                 print(f"target check ({mode}): SReT-T {v.variant} = {rate[id(v)] / rate[id(ref)]:.2f}x {ref_label} eager"
                       f" (target >= {TARGETS[mode]}x)")
+    for v in ready:
+        if v.name in args.profile and v.variant == "eager" or f"{v.name}:{v.variant}" in args.profile:
+            try:
+                profile_table(v.step, device, f"{mode} {v.label}, batch {batch}")
+            except Exception as err:
+                print(f"profile of {v.label} failed: {type(err).__name__}: {err}")
     for v in variants:
         v.release()
     if device.type == "cuda":

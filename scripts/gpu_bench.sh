@@ -9,8 +9,8 @@
 #
 # Budget: BUDGET seconds (default 340) for everything; each step runs under `timeout`,
 # and the torch.compile steps (last) get only what is left, so the whole run stays under
-# ~6 minutes on an H100. Logs: env.txt, gpu_checks.txt, attention.txt, theorem1.txt,
-# vision.txt, vision_compile.txt, summary.txt.
+# ~6 minutes on an H100. Logs: summary.txt (environment, steps, exit codes, times),
+# gpu_checks.txt, attention.txt, theorem1.txt, vision.txt, vision_compile.txt.
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +23,7 @@ PY="${PYTHON:-python}"
 SMOKE="${SMOKE:-0}"
 BUDGET="${BUDGET:-340}"
 start=$SECONDS
-summary="$OUT/summary.txt"
+summary="$OUT/summary.txt"  # environment, then one line per step
 : > "$summary"
 
 left() { echo $(( BUDGET - (SECONDS - start) )); }
@@ -66,8 +66,7 @@ try:
 except Exception:
     print("fairseq absent (not needed)")
 PYEOF
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+} 2>&1 | tee -a "$summary"
 
 if [[ "$SMOKE" == 1 ]]; then
     S=(--smoke); DEV=(--device cpu)
@@ -78,7 +77,7 @@ else
     S=(); DEV=(--device cuda)
     VISION=(--models sret_t deit_tiny_patch16_224 sret_tl sret_s deit_small_patch16_224 pit_ti_224 pit_s_224
             --variants eager cl graph --timm-variants eager graph --legacy sret_t --warmup 3 --iters 10 --rounds 3
-            --time-budget 100)
+            --time-budget 100 --profile sret_t deit_tiny_patch16_224)
     # torch.compile (cl + default mode): SReT-T first, DeiT-T only if the budget has room;
     # the eager/graph rows of both are re-measured in the same process for the ratios
     COMPILE=(--models deit_tiny_patch16_224 sret_t --variants eager graph --compile sret_t deit_tiny_patch16_224
