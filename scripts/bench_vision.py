@@ -79,7 +79,8 @@ def parse_args(argv=None):
                    help="seconds; variants not yet prepared when it is spent are skipped")
     p.add_argument("--compile-estimate", type=float, nargs=2, default=[60.0, 150.0], metavar=("INFER", "TRAIN"),
                    help="seconds a compile variant is expected to take; skipped when the time budget has"
-                        " less left")
+                        " less left (the first --compile model has priority: the others' inference compile"
+                        " also leaves room for its training compile)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="CPU: skip the peak-memory run (torch profiler); CUDA always reports it")
@@ -218,6 +219,8 @@ def run_mode(mode, args, device, dtype, deadline):
         need = 0.0
         if v.variant == "compile":
             need = args.compile_estimate[0 if mode == "infer" else 1]
+            if mode == "infer" and "train" in args.modes and v.name != args.compile[0]:
+                need += args.compile_estimate[1]  # leave room for the first model's training compile
         if deadline is not None and time.perf_counter() + need > deadline:
             v.error = "skipped (time budget)"
             print(f"{mode} {v.label} skipped: time budget", flush=True)
