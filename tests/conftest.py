@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# OMP_NUM_THREADS, when set, wins: on a shared, contended machine two intra-op threads
+# make small-tensor tests many times slower (each op waits for a descheduled thread).
+torch.set_num_threads(int((os.environ.get("OMP_NUM_THREADS") or "").split(",")[0] or max(1, min(2, os.cpu_count() or 1))))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SRET_SHARED", REPO.parent / "shared"))
