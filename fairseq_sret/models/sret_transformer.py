@@ -7,6 +7,7 @@ non-shared NLL after every application (paper Eq. 6), LRC on every residual (Eq.
 and sliced group self-attention (Sec. 4), all from :mod:`fairseq_sret.core`.
 """
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -27,7 +28,7 @@ from fairseq.models.transformer import (
     base_architecture,
 )
 
-from ..core import NonLinearProjection, Recursive, SReTBlock, reorder_cache
+from ..core import NonLinearProjection, Recursive, SReTBlock, get_activation, reorder_cache
 from ..core.partition import PARTITION_MODES
 
 
@@ -126,6 +127,10 @@ def check_sret_options(args) -> None:
             )
         if getattr(args, f"{side}_layers") < 1:
             raise ValueError(f"--{side}-layers must be >= 1")
+        if getattr(args, f"{side}_ffn_embed_dim") < 1:
+            raise ValueError(f"--{side}-ffn-embed-dim must be >= 1, got {getattr(args, f'{side}_ffn_embed_dim')}")
+        if getattr(args, f"{side}_layers_to_keep", None):
+            raise ValueError(f"--{side}-layers-to-keep (LayerDrop pruning) is not supported by sret_transformer")
     decoder_groups = _parse_list(args.decoder_groups, int, "decoder-groups", args.decoder_recursions)
     decoder_modes = partition_modes(args, "decoder")
     for r in range(args.decoder_recursions):
@@ -137,16 +142,36 @@ def check_sret_options(args) -> None:
                 " (slice boundaries depend on the final target length, unknown while"
                 " decoding); allowed values: strided, random"
             )
-    if args.nll_ratio < 0:
-        raise ValueError(f"--nll-ratio must be >= 0 (0 disables the NLL), got {args.nll_ratio}")
+    if not math.isfinite(args.nll_ratio) or args.nll_ratio < 0:
+        raise ValueError(f"--nll-ratio must be a finite number >= 0 (0 disables the NLL), got {args.nll_ratio}")
+    if args.encoder_embed_dim != args.decoder_embed_dim and not getattr(args, "no_cross_attention", False):
+        raise ValueError(
+            f"--encoder-embed-dim ({args.encoder_embed_dim}) must equal --decoder-embed-dim"
+            f" ({args.decoder_embed_dim}): sret_transformer's cross-attention reads the encoder"
+            " output at the decoder width"
+        )
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        value = getattr(args, name, 0.0)
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
+    try:
+        get_activation(args.activation_fn)
+    except ValueError as exc:
+        raise ValueError(f"--activation-fn: {exc}") from None
+    for name in ("quant_noise_pq", "quant_noise_scalar"):
+        if getattr(args, name, 0):
+            raise ValueError(
+                f"--{name.replace('_', '-')} is not supported by sret_transformer (its layers"
+                " would silently train without quantization noise)"
+            )
     if getattr(args, "encoder_layerdrop", 0) or getattr(args, "decoder_layerdrop", 0):
         raise ValueError("--encoder-layerdrop/--decoder-layerdrop are not supported by sret_transformer")
     if getattr(args, "cross_self_attention", False):
         raise ValueError("--cross-self-attention is not supported by sret_transformer")
-    if getattr(args, "checkpoint_activations", False):
+    if getattr(args, "checkpoint_activations", False) or getattr(args, "offload_activations", False):
         raise ValueError(
-            "--checkpoint-activations wraps fairseq's own layers; use --checkpoint-recursions"
-            " for sret_transformer"
+            "--checkpoint-activations/--offload-activations wrap fairseq's own layers; use"
+            " --checkpoint-recursions for sret_transformer"
         )
 
 
