@@ -129,7 +129,8 @@ def cli(tmp_path_factory):
         for mode, extra in (("skip", ["--skip-invalid-size-inputs-valid-test"]), ("strict", []))
     }
     for i, (options, _) in enumerate(BAD_TRAIN):
-        commands[f"train {i}"] = command("fairseq-train", data_bin, *TRAIN, *SRET, *options, "--max-update", "2", "--no-save")
+        commands[f"train {i}"] = command("fairseq-train", data_bin, *TRAIN, *SRET, *options, "--max-update", "2",
+                                         "--no-save", "--save-dir", root / f"unused{i}")
     commands["generate truncated"] = command("fairseq-generate", data_bin, *USER_DIR, "--path", truncated, "--gen-subset", "valid")
     results = dict(zip(commands, run_parallel(list(commands.values()))))
     return dict(data_bin=data_bin, sret=sret, transformer=transformer, truncated=truncated, results=results)
