@@ -69,19 +69,41 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+_CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def default_clock(device: torch.device) -> str:
+    """``cpu`` (this process's CPU time) for single-threaded CPU runs, else ``wall``.
+
+    On a shared CPU the wall time of a single-threaded run grows with whatever else the
+    machine runs; its CPU time does not (much), so ratios stay comparable.
+    """
+    return "cpu" if device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
+
+
+def clock_fn(clock: str) -> Callable[[], float]:
+    return _CLOCK[clock]
+
+
+def clock_note(clock: str) -> str:
+    return "process CPU time (single thread)" if clock == "cpu" else "wall-clock time"
+
+
 def measure(
     fns: Dict[str, Callable[[], object]],
     device: torch.device,
     warmup: int = 2,
     iters: int = 5,
     rounds: int = 3,
+    clock: str = "wall",
 ) -> Dict[str, List[float]]:
     """Seconds per call of every function, measured round-robin.
 
     Each function first runs ``warmup`` times; then, ``rounds`` times, each function runs
     ``iters`` times in a row and the mean of that run is recorded. Returns
-    {name: [seconds per call, one per round]}.
+    {name: [seconds per call, one per round]}. ``clock``: ``wall`` or ``cpu``.
     """
+    now = _CLOCK[clock]
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -90,11 +112,11 @@ def measure(
     for _ in range(rounds):
         for name, fn in fns.items():
             sync(device)
-            start = time.perf_counter()
+            start = now()
             for _ in range(iters):
                 fn()
             sync(device)
-            times[name].append((time.perf_counter() - start) / iters)
+            times[name].append((now() - start) / iters)
     return times
 
 

@@ -27,15 +27,14 @@ of work outside the attention; width ``--embed-dim`` and ``--heads`` heads (defa
 """
 
 import argparse
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from _bench_common import (
-    command_line, fmt_ratio, hardware_line, measure, median, mib, peak_memory, pick_device,
-    print_table, quiet_logging, set_threads,
+    clock_note, command_line, default_clock, fmt_ratio, hardware_line, measure, median, mib, peak_memory,
+    pick_device, print_table, quiet_logging, set_threads,
 )
 from fairseq_sret.core import SlicedGroupAttention
 
@@ -56,6 +55,9 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--clock", choices=["wall", "cpu"], default=None,
+                   help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
+                        " runs, where other load on a shared machine inflates wall time, else wall)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory columns")
     p.add_argument("--skip-parity", action="store_true")
@@ -196,9 +198,12 @@ def bench_scaling(args, device, dtype):
             module = SlicedGroupAttention(c, h, groups=g, partition="contiguous").to(device, dtype).train()
             x = torch.randn(batch, length, c, device=device, dtype=dtype, requires_grad=True)
             mod_fb[g] = fwd_bwd(module, x, torch.randn_like(x))
-        times_afb = measure({f"a{g}": attn_fb[g] for g in groups}, device, args.warmup, args.iters, args.rounds)
-        times_af = measure({f"a{g}": attn_f[g] for g in groups}, device, args.warmup, args.iters, args.rounds)
-        times_mfb = measure({f"m{g}": mod_fb[g] for g in groups}, device, args.warmup, args.iters, args.rounds)
+        times_afb = measure({f"a{g}": attn_fb[g] for g in groups}, device,
+                             args.warmup, args.iters, args.rounds, args.clock)
+        times_af = measure({f"a{g}": attn_f[g] for g in groups}, device,
+                             args.warmup, args.iters, args.rounds, args.clock)
+        times_mfb = measure({f"m{g}": mod_fb[g] for g in groups}, device,
+                             args.warmup, args.iters, args.rounds, args.clock)
         if not args.no_memory:
             for g in groups:
                 attn_mems[g] = peak_memory(attn_fb[g], device)
@@ -251,10 +256,12 @@ def bench_parity(args, device, dtype):
                 err = (m(x) - ref_out).abs().max().item()
                 if err > (1e-3 if dtype == torch.float32 else 5e-2):
                     print(f"WARNING: {name} differs from direct SDPA by {err:.3g} (L={length})")
-        tfb = measure({n: fwd_bwd(m, x, go) for n, m in variants.items()}, device, args.warmup, args.iters, args.rounds)
+        tfb = measure({n: fwd_bwd(m, x, go) for n, m in variants.items()}, device,
+                             args.warmup, args.iters, args.rounds, args.clock)
         for m in variants.values():
             m.eval()
-        tf = measure({n: fwd_only(m, x) for n, m in variants.items()}, device, args.warmup, args.iters, args.rounds)
+        tf = measure({n: fwd_only(m, x) for n, m in variants.items()}, device,
+                             args.warmup, args.iters, args.rounds, args.clock)
         mems = {}
         if not args.no_memory:
             for n, m in variants.items():
@@ -285,7 +292,9 @@ def main(argv=None):
         raise SystemExit("--heads must divide --embed-dim")
     print(command_line())
     print(hardware_line(device))
-    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds)")
+    args.clock = args.clock or default_clock(device)
+    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
+          f" {clock_note(args.clock)}")
     if not args.skip_scaling:
         bench_scaling(args, device, dtype)
     if not args.skip_parity:

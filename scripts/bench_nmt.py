@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from _bench_common import (
-    command_line, flop_counter, fmt_ratio, hardware_line, measure, median, mib, peak_memory, pick_device,
-    print_table, profile_table, quiet_logging, set_threads,
+    clock_note, command_line, default_clock, flop_counter, fmt_ratio, hardware_line, measure, median, mib,
+    peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads,
 )
 
 import fairseq_sret  # noqa: F401,E402  (registers sret_transformer)
@@ -75,6 +75,9 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--iters", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--clock", choices=["wall", "cpu"], default=None,
+                   help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
+                        " runs, where other load on a shared machine inflates wall time, else wall)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--skip-generate", action="store_true")
@@ -172,7 +175,9 @@ def main(argv=None):
     pad = task.target_dictionary.pad()
     print(command_line())
     print(hardware_line(device))
-    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds)")
+    args.clock = args.clock or default_clock(device)
+    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
+          f" {clock_note(args.clock)}")
 
     torch.manual_seed(0)
     models = {}
@@ -197,7 +202,7 @@ def main(argv=None):
     gflops = {n: forward_gflops(m, sample) for n, m in models.items()}
 
     train = {n: train_step_fn(m, sample, pad) for n, m in models.items()}
-    t = measure(train, device, args.warmup, args.iters, args.rounds)
+    t = measure(train, device, args.warmup, args.iters, args.rounds, args.clock)
     mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
     base = median(t["fairseq transformer"])
     rows = []
@@ -223,7 +228,7 @@ def main(argv=None):
         gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
         gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len) for n, m in models.items()}
         lengths = {n: sorted({len(h[0]["tokens"]) for h in gen[n]()}) for n in models}
-        t = measure(gen, device, 0, args.iters, args.rounds)
+        t = measure(gen, device, 0, args.iters, args.rounds, args.clock)
         mem = {n: (None if args.no_memory else peak_memory(gen[n], device)) for n in models}
         base = median(t["fairseq transformer"])
         rows = []

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from _bench_common import (
-    command_line, fmt_ratio, hardware_line, median, mib, peak_memory, pick_device, print_table, profile_table,
-    quiet_logging, set_threads, sync,
+    clock_fn, clock_note, command_line, default_clock, fmt_ratio, hardware_line, median, mib, peak_memory,
+    pick_device, print_table, profile_table, quiet_logging, set_threads, sync,
 )
 from fairseq_sret.vision import create_model, is_model
 
@@ -81,6 +81,9 @@ def parse_args(argv=None):
                    help="seconds a compile variant is expected to take; skipped when the time budget has"
                         " less left (the first --compile model has priority: the others' inference compile"
                         " also leaves room for its training compile)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default=None,
+                   help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
+                        " runs, where other load on a shared machine inflates wall time, else wall)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="CPU: skip the peak-memory run (torch profiler); CUDA always reports it")
@@ -235,13 +238,14 @@ def run_mode(mode, args, device, dtype, deadline):
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     times = {id(v): [] for v in variants}
+    now = clock_fn(args.clock)
     for _ in range(args.rounds):
         for v in variants:
             if v.step is None:
                 continue
             try:
                 sync(device)
-                start = time.perf_counter()
+                start = now()
                 for _ in range(args.iters):
                     v.step()
                 sync(device)
@@ -249,7 +253,7 @@ def run_mode(mode, args, device, dtype, deadline):
                 v.error, v.step = f"failed while timed: {type(err).__name__}", None
                 traceback.print_exc()
                 continue
-            times[id(v)].append((time.perf_counter() - start) / args.iters)
+            times[id(v)].append((now() - start) / args.iters)
     ready = [v for v in variants if v.step is not None]
     batch = args.batch_infer if mode == "infer" else args.batch_train
     rate = {id(v): batch / median(times[id(v)]) for v in ready}
@@ -326,7 +330,9 @@ def main(argv=None):
         print(f"timm {timm.__version__}")
     if missing:
         print(f"timm not installed: skipping {', '.join(missing)}")
-    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds)")
+    args.clock = args.clock or default_clock(device)
+    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
+          f" {clock_note(args.clock)}")
     deadline = None if args.time_budget is None else time.perf_counter() + args.time_budget
     for mode in args.modes:
         run_mode(mode, args, device, dtype, deadline)
