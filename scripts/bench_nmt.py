@@ -228,19 +228,25 @@ def main(argv=None):
         gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
         gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len) for n, m in models.items()}
         lengths = {n: sorted({len(h[0]["tokens"]) for h in gen[n]()}) for n in models}
+        gen_gflops = {}
+        for n in models:
+            with flop_counter() as counter:
+                gen[n]()
+            gen_gflops[n] = counter.get_total_flops() / 1e9
         t = measure(gen, device, 0, args.iters, args.rounds, args.clock)
         mem = {n: (None if args.no_memory else peak_memory(gen[n], device)) for n in models}
         base = median(t["fairseq transformer"])
         rows = []
         for n in models:
             s = median(t[n])
-            rows.append([n, f"{params[n] / 1e6:.2f}", f"{args.gen_batch / s:.2f}", fmt_ratio(base / s),
+            rows.append([n, f"{params[n] / 1e6:.2f}", f"{gen_gflops[n]:.2f}", f"{args.gen_batch / s:.2f}",
+                         fmt_ratio(base / s), fmt_ratio(gen_gflops["fairseq transformer"] / gen_gflops[n]),
                          f"{s * 1e3:.0f}", ",".join(map(str, lengths[n])), mib(mem[n])])
         print_table(
             f"NMT generation ({device.type}): beam {args.beam}, {args.gen_batch} sentences per batch, "
             f"sentences/s",
-            ["model", "params (M)", "sentences/s", "speed vs fairseq", "ms / batch", "output tokens (incl. EOS)",
-             "peak MiB (batch)"],
+            ["model", "params (M)", "GFLOPs / batch", "sentences/s", "speed vs fairseq", "FLOPs ratio (fairseq / model)",
+             "ms / batch", "output tokens (incl. EOS)", "peak MiB (batch)"],
             rows,
         )
         print(f"target check (generate): sret = {base / median(t['sret']):.2f}x fairseq (target >= "
