@@ -124,12 +124,16 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def peak_memory(fn: Callable[[], object], device: torch.device) -> Optional[int]:
+def peak_memory(fn: Callable[[], object], device: torch.device, warmup: int = 1) -> Optional[int]:
     """Peak bytes allocated by one call of ``fn`` above what was allocated before it.
 
-    CUDA: the caching allocator's statistics. CPU: the allocation events of torch's
-    profiler (``profile_memory=True``), summed in time order; None if unavailable.
+    ``fn`` first runs ``warmup`` times unmeasured (first calls allocate lasting state such
+    as ``.grad`` buffers). CUDA: the caching allocator's statistics. CPU: the allocation
+    events of torch's profiler (``profile_memory=True``), summed in time order; None if
+    unavailable.
     """
+    for _ in range(warmup):
+        fn()
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
