@@ -12,7 +12,8 @@ from torch import Tensor, nn
 
 from .partition import cached_partition, check_partition_mode, compute_partition, group_of_position
 
-AttentionCache = Dict[str, Tensor]
+AttentionCache = Dict[str, Tensor]  # plus the flag STATIC_KV for cross-attention caches
+STATIC_KV = "static_kv"
 
 
 def _as_tuple(value, name) -> tuple:
@@ -345,6 +346,7 @@ class SlicedGroupAttention(nn.Module):
             k, v = self._project_kv(memory)
             if cache is not None:
                 cache["k"], cache["v"] = k, v
+                cache[STATIC_KV] = True
         q = self._project_q(x)
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
         out = self._attend(q, k, v, mask, is_causal=False)
@@ -352,6 +354,20 @@ class SlicedGroupAttention(nn.Module):
 
 
 def reorder_cache(cache: AttentionCache, new_order: Tensor) -> None:
-    """Select batch entries of an incremental cache in place (beam search reordering)."""
-    for name, value in cache.items():
+    """Select batch entries of an incremental cache in place (beam search reordering).
+
+    The keys/values of a cross-attention cache (flagged ``STATIC_KV``) are only selected when
+    the batch changes size, exactly like fairseq's own encoder-decoder attention
+    (``MultiheadAttention.reorder_incremental_state``): a beam search reorders hypotheses
+    within their sentence, whose rows hold the same encoder output, and shrinks the batch
+    when sentences finish. This saves copying every cached encoder key and value at every
+    decoding step. (Like fairseq's, it assumes that a same-size reordering keeps every
+    hypothesis with its sentence, as fairseq's ``SequenceGenerator`` does.)
+    """
+    static = cache.get(STATIC_KV, False)
+    for name, value in list(cache.items()):
+        if not isinstance(value, Tensor):
+            continue
+        if static and name in ("k", "v") and value.size(0) == new_order.numel():
+            continue
         cache[name] = value.index_select(0, new_order)
