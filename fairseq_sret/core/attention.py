@@ -198,7 +198,9 @@ class SlicedGroupAttention(nn.Module):
         qkv = self.qkv(x)
         if groups > 1:
             return self.out_proj(self._forward_grouped(qkv, key_padding_mask, recursion, groups))
-        q, k, v = (self._split_heads(t) for t in qkv.chunk(3, dim=-1))
+        # (B, L, 3C) -> 3 x (B, H, L, d): the same views as chunk + per-head views, in fewer
+        # operations (forward and backward; the projections dominate only for long inputs)
+        q, k, v = qkv.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]
