@@ -82,13 +82,13 @@ else
             --time-budget 90 --profile sret_t deit_tiny_patch16_224)
     # No `graph` variant: in the first device run (H100, torch 2.11) both vision steps died
     # with "CUDA error: an illegal memory access" once CUDA-graph variants had been
-    # captured, and the rerun without them completed. GRAPH=1 runs them in a process of
+    # captured, and the rerun without them completed. GRAPH_VARIANT=1 runs them in a process of
     # their own (a CUDA fault ends the process), after everything else.
     GRAPH=()
     [[ "${GRAPH_VARIANT:-0}" == 1 ]] && GRAPH=(--models sret_t deit_tiny_patch16_224 --modes infer
            --variants eager graph --warmup 3 --iters 10 --rounds 3 --time-budget 45)
     # torch.compile (cl + default mode): SReT-T first, DeiT-T only if the budget has room;
-    # the eager/graph rows of both are re-measured in the same process for the ratios
+    # the eager and channels-last rows of both are re-measured in the same process for the ratios
     COMPILE=(--models deit_tiny_patch16_224 sret_t --variants eager cl --compile sret_t deit_tiny_patch16_224
              --warmup 3 --iters 10 --rounds 3 --compile-estimate 40 90)
 fi
