@@ -5,6 +5,8 @@
 - :class:`NonLinearProjection`: NLL.
 - :class:`SReTBlock`: the shared transformer layer.
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
+- :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
+  it runs), parsed and validated from user values in one place.
 """
 
 from .attention import SlicedGroupAttention, reorder_cache
@@ -14,6 +16,7 @@ from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive
 from .residual import LearnableResidual
+from .schedule import RecursionSchedule, RecursionStep
 
 __all__ = [
     "DropPath",
@@ -21,6 +24,8 @@ __all__ = [
     "LearnableResidual",
     "NonLinearProjection",
     "PARTITION_MODES",
+    "RecursionSchedule",
+    "RecursionStep",
     "Recursive",
     "SReTBlock",
     "SlicedGroupAttention",

@@ -10,19 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .partition import cached_partition, check_partition_mode, compute_partition, group_of_position
+from .partition import cached_partition, compute_partition, group_of_position
+from .schedule import RecursionSchedule, RecursionStep
 
 AttentionCache = Dict[str, Tensor]  # plus the flag STATIC_KV for cross-attention caches
 STATIC_KV = "static_kv"
-
-
-def _as_tuple(value, name) -> tuple:
-    if isinstance(value, (int, str)):
-        return (value,)
-    value = tuple(value)
-    if len(value) == 0:
-        raise ValueError(f"{name} must not be empty")
-    return value
 
 
 class SlicedGroupAttention(nn.Module):
@@ -36,14 +28,20 @@ class SlicedGroupAttention(nn.Module):
     Args:
         embed_dim: model width C.
         num_heads: H, must divide C.
-        groups: group count per recursion index, e.g. ``(8, 2)``; an int means the same
-            for every recursion that is asked for.
-        partition: partition mode per recursion (``contiguous``, ``strided``, ``random``);
-            a single string applies to all.
+        groups: group count per recursion index, e.g. ``(8, 2)`` or ``"8,2"``; one value
+            means the same for every recursion that is asked for.
+        partition: partition mode per recursion (``contiguous``, ``strided``, ``random``,
+            or ``auto``); a single value applies to all.
         causal: mask future positions (decoder self-attention).
         cross_attention: queries attend to a separate key/value sequence (groups must be 1).
         bias: bias on the input and output projections.
         dropout: dropout on the attention probabilities.
+        schedule: a :class:`~fairseq_sret.core.schedule.RecursionSchedule` instead of
+            ``groups``/``partition`` (they are then ignored).
+
+    The layer that re-applies this module usually passes each application's
+    :class:`~fairseq_sret.core.schedule.RecursionStep` as ``recursion``; an int looks the
+    step up in :attr:`schedule`.
 
     Parameters: ``qkv`` (3C x C, rows ordered q, k, v as in ``nn.MultiheadAttention``'s
     ``in_proj_weight``) and ``out_proj`` (C x C).
@@ -59,31 +57,22 @@ class SlicedGroupAttention(nn.Module):
         cross_attention: bool = False,
         bias: bool = True,
         dropout: float = 0.0,
+        schedule: Optional[RecursionSchedule] = None,
     ):
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads != 0:
             raise ValueError(
                 f"num_heads={num_heads} must be >= 1 and divide embed_dim={embed_dim}"
             )
-        self.groups = _as_tuple(groups, "groups")
-        self.partition = tuple(check_partition_mode(m) for m in _as_tuple(partition, "partition"))
-        if any((not isinstance(g, int)) or g < 1 for g in self.groups):
-            raise ValueError(f"groups must be integers >= 1, got {list(self.groups)}")
-        if len(self.partition) not in (1, len(self.groups)) and len(self.groups) != 1:
-            raise ValueError(
-                f"partition lists {len(self.partition)} modes for {len(self.groups)} group counts;"
-                " give one mode or one per recursion"
+        if schedule is None:
+            schedule = RecursionSchedule.parse(groups=groups, partition=partition, causal=causal)
+        elif causal and not schedule.causal:
+            schedule = RecursionSchedule.parse(
+                len(schedule), groups=schedule.groups, partition=schedule.partitions, causal=causal
             )
-        if cross_attention and any(g != 1 for g in self.groups):
+        if cross_attention and any(g != 1 for g in schedule.groups):
             raise ValueError("cross-attention does not support groups > 1")
-        if causal:
-            for r in range(max(len(self.groups), len(self.partition))):
-                if self.groups_at(r) > 1 and self.partition_at(r) == "contiguous":
-                    raise ValueError(
-                        "causal attention cannot use the 'contiguous' partition with groups > 1"
-                        f" (recursion {r}): slice boundaries depend on the final length, which"
-                        " is unknown during incremental decoding; use 'strided' or 'random'"
-                    )
+        self.schedule = schedule
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -103,23 +92,26 @@ class SlicedGroupAttention(nn.Module):
             if linear.bias is not None:
                 nn.init.zeros_(linear.bias)
 
-    def groups_at(self, recursion: int) -> int:
-        return self.groups[recursion] if len(self.groups) > 1 else self.groups[0]
+    @property
+    def groups(self) -> Tuple[int, ...]:
+        """Group count per recursion of the module's own schedule."""
+        return self.schedule.groups
 
-    def partition_at(self, recursion: int) -> str:
-        return self.partition[recursion] if len(self.partition) > 1 else self.partition[0]
+    @property
+    def partition(self) -> Tuple[str, ...]:
+        """Partition mode per recursion of the module's own schedule."""
+        return self.schedule.partitions
 
-    def _check_recursion(self, recursion: int) -> None:
-        n = max(len(self.groups), len(self.partition))
-        if n > 1 and not 0 <= recursion < n:
-            raise IndexError(
-                f"recursion index {recursion} out of range: groups are configured for {n} recursions"
-            )
+    def groups_at(self, recursion: Union[int, RecursionStep]) -> int:
+        return self.schedule.step(recursion).groups
+
+    def partition_at(self, recursion: Union[int, RecursionStep]) -> str:
+        return self.schedule.step(recursion).partition
 
     def extra_repr(self) -> str:
         return (
-            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, groups={list(self.groups)},"
-            f" partition={list(self.partition)}, causal={self.causal}, cross={self.cross_attention}"
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, schedule={self.schedule.describe()},"
+            f" causal={self.causal}, cross={self.cross_attention}"
         )
 
     # ------------------------------------------------------------------ projections
@@ -168,7 +160,7 @@ class SlicedGroupAttention(nn.Module):
         x: Tensor,
         memory: Optional[Tensor] = None,
         key_padding_mask: Optional[Tensor] = None,
-        recursion: int = 0,
+        recursion: Union[int, RecursionStep] = 0,
         cache: Optional[AttentionCache] = None,
     ) -> Tensor:
         """Attend from ``x`` to itself (or to ``memory`` for cross-attention).
@@ -177,27 +169,28 @@ class SlicedGroupAttention(nn.Module):
             x: (B, L, C) queries (and keys/values for self-attention).
             memory: (B, Lk, C) keys/values for cross-attention.
             key_padding_mask: (B, Lk) bool, True marks padding keys.
-            recursion: index of the current application of the shared layer; selects the
-                group count and partition mode.
+            recursion: the current application of the shared layer, a
+                :class:`RecursionStep` or its index in :attr:`schedule`; selects the group
+                count and partition mode.
             cache: a dict owned by the caller for incremental decoding (one per layer
                 application). Self-attention appends this step's keys and values;
                 cross-attention stores the projected memory once.
         Returns:
             (B, L, C)
         """
-        self._check_recursion(recursion)
+        step = self.schedule.step(recursion)
         if self.cross_attention:
             return self._forward_cross(x, memory, key_padding_mask, cache)
         if memory is not None:
             raise ValueError("memory is only used by cross-attention modules")
         if cache is not None:
-            return self._forward_incremental(x, key_padding_mask, recursion, cache)
+            return self._forward_incremental(x, key_padding_mask, step, cache)
 
         batch, length, _ = x.shape
-        groups = min(self.groups_at(recursion), length)
+        groups = min(step.groups, length)
         qkv = self.qkv(x)
         if groups > 1:
-            return self.out_proj(self._forward_grouped(qkv, key_padding_mask, recursion, groups))
+            return self.out_proj(self._forward_grouped(qkv, key_padding_mask, step.partition, groups))
         # (B, L, 3C) -> 3 x (B, H, L, d): the same views as chunk + per-head views, in fewer
         # operations (forward and backward; the projections dominate only for long inputs)
         q, k, v = qkv.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
@@ -210,12 +203,16 @@ class SlicedGroupAttention(nn.Module):
         return self.out_proj(self._merge_heads(out))
 
     def _forward_grouped(
-        self, qkv: Tensor, key_padding_mask: Optional[Tensor], recursion: int, groups: int
+        self, qkv: Tensor, key_padding_mask: Optional[Tensor], mode: str, groups: int
     ) -> Tensor:
         """qkv: (B, L, 3C) projected input -> attention output (B, L, C) before out_proj."""
         batch, length, _ = qkv.shape
         channels = self.embed_dim
-        mode = self.partition_at(recursion)
+        if self.causal and mode == "contiguous":
+            raise ValueError(
+                "causal attention cannot use the 'contiguous' partition with groups > 1: slice"
+                " boundaries depend on the final length; use 'strided' or 'random'"
+            )
         if mode == "random" and not self.training:
             mode = "strided"
         valid = None if key_padding_mask is None else ~key_padding_mask
@@ -276,13 +273,13 @@ class SlicedGroupAttention(nn.Module):
         return out
 
     def _forward_incremental(
-        self, x: Tensor, key_padding_mask: Optional[Tensor], recursion: int, cache: AttentionCache
+        self, x: Tensor, key_padding_mask: Optional[Tensor], step: RecursionStep, cache: AttentionCache
     ) -> Tensor:
         """Causal self-attention for new steps x (B, T_new, C) given cached keys/values."""
         if not self.causal:
             raise ValueError("incremental decoding needs a causal self-attention module")
-        groups = self.groups_at(recursion)
-        if groups > 1 and self.partition_at(recursion) == "random" and self.training:
+        groups = step.groups
+        if groups > 1 and step.partition == "random" and self.training:
             raise RuntimeError(
                 "incremental decoding with a random partition needs eval() mode (the"
                 " deterministic strided partition); call model.eval() before decoding"

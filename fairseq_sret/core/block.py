@@ -8,6 +8,7 @@ from .attention import AttentionCache, SlicedGroupAttention
 from .drop_path import DropPath
 from .feedforward import FeedForward
 from .residual import LearnableResidual
+from .schedule import RecursionSchedule, RecursionStep
 
 BlockCache = Dict[str, AttentionCache]
 
@@ -18,6 +19,10 @@ class SReTBlock(nn.Module):
     Pre-LN (``normalize_before=True``, the paper's Eq. 1): ``x = res(x, drop(f(LN(x))))``.
     Post-LN (fairseq's NMT default): ``x = LN(res(x, drop(f(x))))``.
     ``res`` is :class:`LearnableResidual` (plain ``x + f(x)`` when ``lrc=False``).
+
+    ``schedule`` (or ``groups``/``partition``, parsed into one) describes the layer's
+    applications; the layer that re-applies this block passes each application's
+    :class:`RecursionStep` as ``recursion``, and the block hands it to every sub-module.
 
     Sub-modules: ``self_attn``, ``self_attn_norm``, ``self_attn_residual``; with
     ``cross_attention``: ``cross_attn``, ``cross_attn_norm``, ``cross_attn_residual``;
@@ -42,13 +47,15 @@ class SReTBlock(nn.Module):
         qkv_bias: bool = True,
         drop_path: float = 0.0,
         norm_eps: float = 1e-5,
+        schedule: Optional[RecursionSchedule] = None,
     ):
         super().__init__()
         self.normalize_before = normalize_before
         self.self_attn = SlicedGroupAttention(
             embed_dim, num_heads, groups, partition, causal=causal, bias=qkv_bias,
-            dropout=attention_dropout,
+            dropout=attention_dropout, schedule=schedule,
         )
+        self.schedule = self.self_attn.schedule
         self.self_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.self_attn_residual = LearnableResidual(lrc)
         self.cross_attn = None
@@ -66,6 +73,7 @@ class SReTBlock(nn.Module):
         self.drop_path = DropPath(drop_path)
 
     def _sublayer(self, x: Tensor, norm: nn.LayerNorm, residual: LearnableResidual, fn: Callable) -> Tensor:
+        """One residual sub-layer around ``fn`` (paper Eq. 7)."""
         skip = x
         if self.normalize_before:
             x = norm(x)
@@ -80,25 +88,31 @@ class SReTBlock(nn.Module):
         key_padding_mask: Optional[Tensor] = None,
         memory: Optional[Tensor] = None,
         memory_padding_mask: Optional[Tensor] = None,
-        recursion: int = 0,
+        recursion: Union[int, RecursionStep] = 0,
         cache: Optional[BlockCache] = None,
     ) -> Tensor:
         """x: (B, L, C); memory: (B, Lk, C); masks True at padding. Returns (B, L, C).
 
+        ``recursion``: this application's :class:`RecursionStep` (or its index in
+        :attr:`schedule`), passed to every sub-module.
+
         ``cache`` (incremental decoding) is a dict owned by the caller for this application
         of the layer; it holds one attention cache per attention module.
         """
+        step = self.schedule.step(recursion)
         self_cache = cross_cache = None
         if cache is not None:
             self_cache = cache.setdefault("self_attn", {})
             cross_cache = cache.setdefault("cross_attn", {})
         x = self._sublayer(
             x, self.self_attn_norm, self.self_attn_residual,
-            lambda h: self.self_attn(h, key_padding_mask=key_padding_mask, recursion=recursion, cache=self_cache),
+            lambda h: self.self_attn(h, key_padding_mask=key_padding_mask, recursion=step, cache=self_cache),
         )
         if self.cross_attn is not None:
             x = self._sublayer(
                 x, self.cross_attn_norm, self.cross_attn_residual,
-                lambda h: self.cross_attn(h, memory=memory, key_padding_mask=memory_padding_mask, cache=cross_cache),
+                lambda h: self.cross_attn(
+                    h, memory=memory, key_padding_mask=memory_padding_mask, recursion=step, cache=cross_cache
+                ),
             )
-        return self._sublayer(x, self.ffn_norm, self.ffn_residual, self.ffn)
+        return self._sublayer(x, self.ffn_norm, self.ffn_residual, lambda h: self.ffn(h, recursion=step))

@@ -1,6 +1,6 @@
 """Position-wise MLPs: the transformer FFN (paper Eq. 3) and the NLL (paper Eq. 5/8)."""
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -36,7 +36,8 @@ class FeedForward(nn.Module):
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.activation_dropout = nn.Dropout(activation_dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, recursion: Optional[object] = None) -> Tensor:
+        """``recursion``: the application's step (same computation in every application)."""
         return self.fc2(self.activation_dropout(self.act(self.fc1(x))))
 
 
@@ -59,5 +60,6 @@ class NonLinearProjection(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.residual = LearnableResidual(lrc)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.residual(x, self.dropout(self.mlp(self.norm(x))))
+    def forward(self, x: Tensor, recursion: Optional[object] = None) -> Tensor:
+        """``recursion``: the step of the application this NLL follows."""
+        return self.residual(x, self.dropout(self.mlp(self.norm(x), recursion)))

@@ -25,14 +25,6 @@ from torch import Tensor
 PARTITION_MODES = ("contiguous", "strided", "random")
 
 
-def check_partition_mode(mode: str) -> str:
-    if mode not in PARTITION_MODES:
-        raise ValueError(
-            f"unknown partition mode {mode!r}; allowed values: {', '.join(PARTITION_MODES)}"
-        )
-    return mode
-
-
 def _group_of_rank(rank: Tensor, count: Tensor, groups: int, mode: str) -> Tensor:
     """Group index of each token given its rank among the ``count`` real tokens.
 

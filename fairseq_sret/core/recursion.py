@@ -1,18 +1,29 @@
 """Recursive application of a shared layer with non-shared NLLs (paper Eq. 6)."""
 
-from typing import Any, Callable, List, Optional
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, List, Optional, Union
 
 import torch.utils.checkpoint
 from torch import Tensor, nn
 
+from .schedule import RecursionSchedule, RecursionStep
+
 
 class Recursive(nn.Module):
-    """``z = NLL_N(F(... NLL_1(F(z))))``: one shared ``layer`` F applied ``recursions`` times.
+    """``z = NLL_N(F(... NLL_1(F(z))))``: one shared ``layer`` F applied N times.
 
-    ``layer`` must accept ``recursion=<index>`` (and ``cache=`` when ``caches`` is given),
-    so that every application can use its own group count, partition mode and incremental
-    cache. ``make_nll(i)`` builds NLL_i; pass None for no NLL (plain weight sharing).
-    Parameters: those of ``layer`` once, plus one NLL per recursion.
+    ``schedule`` says what each application does (:mod:`fairseq_sret.core.schedule`);
+    an int N takes the layer's own ``schedule`` (a block built with ``groups=(8, 2)``)
+    or plain applications. The layer must accept ``recursion=<RecursionStep>`` (and
+    ``cache=`` when ``caches`` is given), so every application can use its own group
+    count, partition mode and incremental cache. ``make_nll(i)`` builds NLL_i (a module
+    taking ``recursion=`` too, like :class:`NonLinearProjection`), applied
+    where a step names it; pass None for no NLL (plain weight sharing). Parameters: those
+    of ``layer`` once, plus one NLL per recursion.
+
+    Only the applications whose step ``runs`` are applied (:meth:`set_depth`,
+    :meth:`at_depth`): a layer built with N recursions can run its first d <= N
+    applications and their NLLs, the others are skipped.
 
     With ``checkpoint=True`` each application is recomputed in the backward pass
     (activation checkpointing), so training memory grows with one application's
@@ -22,39 +33,66 @@ class Recursive(nn.Module):
     def __init__(
         self,
         layer: nn.Module,
-        recursions: int,
+        schedule: Union[int, RecursionSchedule],
         make_nll: Optional[Callable[[int], nn.Module]] = None,
         checkpoint: bool = False,
     ):
         super().__init__()
-        if not isinstance(recursions, int) or recursions < 1:
-            raise ValueError(f"recursions must be an integer >= 1, got {recursions!r}")
+        if not isinstance(schedule, RecursionSchedule):
+            if isinstance(schedule, bool) or not isinstance(schedule, int) or schedule < 1:
+                raise ValueError(f"recursions must be an integer >= 1, got {schedule!r}")
+            own = getattr(layer, "schedule", None)
+            schedule = own.expand(schedule) if isinstance(own, RecursionSchedule) else RecursionSchedule.parse(schedule)
         self.layer = layer
-        self.recursions = recursions
-        self.nlls = nn.ModuleList([make_nll(i) for i in range(recursions)]) if make_nll else None
+        self.schedule = schedule
+        self.nlls = nn.ModuleList([make_nll(s.index) for s in self.schedule]) if make_nll else None
         self.checkpoint = checkpoint
 
-    def _apply_once(self, x: Tensor, recursion: int, cache, args, kwargs) -> Tensor:
+    @property
+    def recursions(self) -> int:
+        """Applications the layer was built with (its NLLs and caches)."""
+        return len(self.schedule)
+
+    @property
+    def depth(self) -> int:
+        """Applications that run."""
+        return self.schedule.depth
+
+    def set_depth(self, depth: Optional[int]) -> None:
+        """Run only the first ``depth`` applications (None: all of them)."""
+        self.schedule = self.schedule.with_depth(depth)
+
+    @contextmanager
+    def at_depth(self, depth: Optional[int]) -> Iterator["Recursive"]:
+        """Temporarily run only the first ``depth`` applications."""
+        saved = self.schedule
+        self.set_depth(depth)
+        try:
+            yield self
+        finally:
+            self.schedule = saved
+
+    def _apply_once(self, x: Tensor, step: RecursionStep, cache, args, kwargs) -> Tensor:
         if cache is not None:
             kwargs = dict(kwargs, cache=cache)
-        x = self.layer(x, *args, recursion=recursion, **kwargs)
-        if self.nlls is not None:
-            x = self.nlls[recursion](x)
+        x = self.layer(x, *args, recursion=step, **kwargs)
+        if self.nlls is not None and step.nll is not None:
+            x = self.nlls[step.nll](x, recursion=step)
         return x
 
     def forward(self, x: Tensor, *args: Any, caches: Optional[List[dict]] = None, **kwargs: Any) -> Tensor:
         """x: (B, L, C) -> (B, L, C). ``caches``: one dict per recursion, or None."""
         if caches is not None and len(caches) != self.recursions:
             raise ValueError(f"expected {self.recursions} caches, got {len(caches)}")
-        for r in range(self.recursions):
-            cache = None if caches is None else caches[r]
+        for step in self.schedule.running():
+            cache = None if caches is None else caches[step.index]
             if self.checkpoint and self.training and cache is None and x.requires_grad:
                 x = torch.utils.checkpoint.checkpoint(
-                    self._apply_once, x, r, None, args, kwargs, use_reentrant=False
+                    self._apply_once, x, step, None, args, kwargs, use_reentrant=False
                 )
             else:
-                x = self._apply_once(x, r, cache, args, kwargs)
+                x = self._apply_once(x, step, cache, args, kwargs)
         return x
 
     def extra_repr(self) -> str:
-        return f"recursions={self.recursions}, checkpoint={self.checkpoint}"
+        return f"schedule={self.schedule.describe()}, checkpoint={self.checkpoint}"

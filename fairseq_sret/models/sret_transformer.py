@@ -28,7 +28,7 @@ from fairseq.models.transformer import (
     base_architecture,
 )
 
-from ..core import NonLinearProjection, Recursive, SReTBlock, get_activation, reorder_cache
+from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock, get_activation, reorder_cache
 from ..core.partition import PARTITION_MODES
 
 
@@ -77,48 +77,25 @@ class SReTOptions(FairseqDataclass):
     )
 
 
-def _parse_list(value, cast, option: str, recursions: int) -> tuple:
-    items = [v.strip() for v in str(value).split(",") if v.strip()]
-    try:
-        parsed = tuple(cast(v) for v in items)
-    except ValueError:
-        raise ValueError(f"--{option} must be a comma-separated list, got {value!r}") from None
-    if len(parsed) not in (1, recursions):
-        raise ValueError(
-            f"--{option} has {len(parsed)} values but there are {recursions} recursions;"
-            f" give one value or {recursions}"
-        )
-    return parsed
+def recursion_schedule(args, side: str) -> RecursionSchedule:
+    """The recursion schedule of ``side``'s layers from the command-line options.
 
-
-_AUTO_PARTITION = {"encoder": ("contiguous", "random"), "decoder": ("strided", "random")}
-
-
-def partition_modes(args, side: str) -> tuple:
-    """Partition mode per recursion for ``side``, resolving 'auto'."""
-    recursions = getattr(args, f"{side}_recursions")
-    value = getattr(args, f"{side}_partition")
-    if value == "auto":
-        first, later = _AUTO_PARTITION[side]
-        return (first,) + (later,) * (recursions - 1)
-    return _parse_list(value, str, f"{side}-partition", recursions)
+    Errors name the options (``--encoder-groups``, ...). ``auto`` partitions resolve to
+    contiguous-then-random (encoder) and strided-then-random (decoder, causal).
+    """
+    return RecursionSchedule.parse(
+        getattr(args, f"{side}_recursions"),
+        groups=getattr(args, f"{side}_groups"),
+        partition=getattr(args, f"{side}_partition"),
+        causal=side == "decoder",
+        names={name: f"--{side}-{name}" for name in ("recursions", "groups", "partition")},
+    )
 
 
 def check_sret_options(args) -> None:
     """Fail at model build, naming the option, for every invalid SReT configuration."""
     for side in ("encoder", "decoder"):
-        recursions = getattr(args, f"{side}_recursions")
-        if not isinstance(recursions, int) or recursions < 1:
-            raise ValueError(f"--{side}-recursions must be an integer >= 1, got {recursions!r}")
-        groups = _parse_list(getattr(args, f"{side}_groups"), int, f"{side}-groups", recursions)
-        if any(g < 1 for g in groups):
-            raise ValueError(f"--{side}-groups values must be >= 1, got {list(groups)}")
-        modes = partition_modes(args, side)
-        for mode in modes:
-            if mode not in PARTITION_MODES:
-                raise ValueError(
-                    f"--{side}-partition: unknown mode {mode!r}; allowed values: {', '.join(PARTITION_MODES)}"
-                )
+        recursion_schedule(args, side)
         dim = getattr(args, f"{side}_embed_dim")
         heads = getattr(args, f"{side}_attention_heads")
         if heads < 1 or dim % heads != 0:
@@ -131,17 +108,6 @@ def check_sret_options(args) -> None:
             raise ValueError(f"--{side}-ffn-embed-dim must be >= 1, got {getattr(args, f'{side}_ffn_embed_dim')}")
         if getattr(args, f"{side}_layers_to_keep", None):
             raise ValueError(f"--{side}-layers-to-keep (LayerDrop pruning) is not supported by sret_transformer")
-    decoder_groups = _parse_list(args.decoder_groups, int, "decoder-groups", args.decoder_recursions)
-    decoder_modes = partition_modes(args, "decoder")
-    for r in range(args.decoder_recursions):
-        g = decoder_groups[r if len(decoder_groups) > 1 else 0]
-        m = decoder_modes[r if len(decoder_modes) > 1 else 0]
-        if g > 1 and m == "contiguous":
-            raise ValueError(
-                "--decoder-partition: 'contiguous' cannot be used with --decoder-groups > 1"
-                " (slice boundaries depend on the final target length, unknown while"
-                " decoding); allowed values: strided, random"
-            )
     if not math.isfinite(args.nll_ratio) or args.nll_ratio < 0:
         raise ValueError(f"--nll-ratio must be a finite number >= 0 (0 disables the NLL), got {args.nll_ratio}")
     if args.encoder_embed_dim != args.decoder_embed_dim and not getattr(args, "no_cross_attention", False):
@@ -176,15 +142,14 @@ def check_sret_options(args) -> None:
 
 
 def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) -> Recursive:
-    recursions = getattr(args, f"{side}_recursions")
+    schedule = recursion_schedule(args, side)
     dim = getattr(args, f"{side}_embed_dim")
     normalize_before = (not args.post_ln) and getattr(args, f"{side}_normalize_before")
     block = SReTBlock(
         embed_dim=dim,
         num_heads=getattr(args, f"{side}_attention_heads"),
         ffn_dim=getattr(args, f"{side}_ffn_embed_dim"),
-        groups=_parse_list(getattr(args, f"{side}_groups"), int, f"{side}-groups", recursions),
-        partition=partition_modes(args, side),
+        schedule=schedule,
         causal=causal,
         cross_attention=cross_attention,
         normalize_before=normalize_before,
@@ -201,7 +166,7 @@ def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) 
                 dim, args.nll_ratio, lrc=not args.no_lrc, activation=args.activation_fn,
                 dropout=args.dropout, activation_dropout=args.activation_dropout,
             )
-    return Recursive(block, recursions, make_nll, checkpoint=args.checkpoint_recursions)
+    return Recursive(block, schedule, make_nll, checkpoint=args.checkpoint_recursions)
 
 
 class SReTEncoderLayer(nn.Module):

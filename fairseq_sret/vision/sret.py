@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core import NonLinearProjection, Recursive, SReTBlock
+from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock
 from .registry import register_model
 
 Size = Union[int, Tuple[int, int]]
@@ -34,12 +34,6 @@ PARTITION = ("contiguous", "random")
 
 def _pair(size: Size) -> Tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(size)
-
-
-def _per_recursion(values: Sequence, recursions: int) -> tuple:
-    """One entry per recursion: the last entry repeats, ``(8, 2)`` -> ``(8, 2, 2)``."""
-    values = tuple(values)
-    return values + values[-1:] * (recursions - len(values)) if 0 < len(values) < recursions else values
 
 
 @dataclass
@@ -85,20 +79,22 @@ class SReTConfig:
         """Total down-sampling: 8 in the stem, 2 per conv pooling."""
         return 8 * 2 ** (len(self.embed_dims) - 1)
 
+    def schedules(self) -> Tuple[RecursionSchedule, ...]:
+        """The recursion schedule of each stage's shared blocks (validates groups/partition)."""
+        return tuple(
+            RecursionSchedule.parse(
+                self.recursions, groups=g, partition=self.partition, repeat_last=True,
+                names={"groups": f"group counts of stage {s}", "partition": "partition modes"},
+            )
+            for s, g in enumerate(self.groups)
+        )
+
     def validate(self) -> None:
         n = len(self.embed_dims)
         for name in ("num_heads", "blocks", "groups"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"{name} lists {len(getattr(self, name))} stages, embed_dims lists {n}")
-        if self.recursions < 1:
-            raise ValueError(f"recursions must be >= 1, got {self.recursions}")
-        for s, g in enumerate(self.groups):
-            if not 1 <= len(g) <= self.recursions:
-                raise ValueError(
-                    f"stage {s} gives {len(g)} group counts for {self.recursions} recursions"
-                )
-        if not 1 <= len(self.partition) <= self.recursions:
-            raise ValueError(f"partition gives {len(self.partition)} modes for {self.recursions} recursions")
+        self.schedules()
         for a, b in zip(self.embed_dims, self.embed_dims[1:]):
             if b % a != 0:
                 raise ValueError(f"embed_dims must grow by integer factors (depth-wise pooling), got {a} -> {b}")
@@ -135,17 +131,17 @@ class ConvPooling(nn.Module):
 
 
 class RecursiveStage(nn.Module):
-    """Shared blocks, each applied ``recursions`` times with its own NLL after every application.
+    """Shared blocks, each applied ``len(schedule)`` times with its own NLL after every application.
 
-    ``z = NLL_2(F(NLL_1(F(z))))`` per shared block F (paper Eq. 6); ``groups[r]`` sets the
-    attention groups of application ``r``. (B, C, H, W) -> (B, C, H, W); tokens are the
+    ``z = NLL_2(F(NLL_1(F(z))))`` per shared block F (paper Eq. 6); ``schedule[r]`` sets the
+    attention groups and partition of application ``r``. (B, C, H, W) -> (B, C, H, W); tokens are the
     pixels in row-major order, so contiguous slices are bands of rows. The output keeps the
     input's memory format (``torch.channels_last`` or contiguous).
     """
 
     def __init__(
-        self, dim: int, num_heads: int, num_blocks: int, recursions: int, groups: Sequence[int],
-        partition: Sequence[str], mlp_ratio: float, nll_ratio: float, drop_paths: Sequence[float],
+        self, dim: int, num_heads: int, num_blocks: int, schedule: RecursionSchedule,
+        mlp_ratio: float, nll_ratio: float, drop_paths: Sequence[float],
         lrc: bool = True, norm_eps: float = 1e-6, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
     ):
         super().__init__()
@@ -158,11 +154,11 @@ class RecursiveStage(nn.Module):
         self.blocks = nn.ModuleList(
             Recursive(
                 SReTBlock(
-                    dim, num_heads, int(dim * mlp_ratio), groups=groups, partition=partition,
+                    dim, num_heads, int(dim * mlp_ratio), schedule=schedule,
                     lrc=lrc, dropout=drop_rate, attention_dropout=attn_drop_rate,
                     activation_dropout=drop_rate, drop_path=drop_paths[b], norm_eps=norm_eps,
                 ),
-                recursions,
+                schedule,
                 make_nll=nll,
             )
             for b in range(num_blocks)
@@ -220,11 +216,8 @@ class SReT(nn.Module):
             partition=(cfg.partition,) if isinstance(cfg.partition, str) else tuple(cfg.partition),
         )
         cfg.validate()
-        cfg = replace(
-            cfg,
-            groups=tuple(_per_recursion(g, cfg.recursions) for g in cfg.groups),
-            partition=_per_recursion(cfg.partition, cfg.recursions),
-        )
+        schedules = cfg.schedules()
+        cfg = replace(cfg, groups=tuple(s.groups for s in schedules), partition=schedules[0].partitions)
         self.cfg = cfg
         self.num_classes = cfg.num_classes
         self.num_features = self.embed_dim = cfg.embed_dims[-1]
@@ -240,8 +233,8 @@ class SReT(nn.Module):
         drop_paths = _drop_path_rates(cfg)
         self.stages = nn.ModuleList(
             RecursiveStage(
-                cfg.embed_dims[s], cfg.num_heads[s], cfg.blocks[s], cfg.recursions, cfg.groups[s],
-                cfg.partition, cfg.mlp_ratio, cfg.nll_ratio, drop_paths[s], lrc=cfg.lrc,
+                cfg.embed_dims[s], cfg.num_heads[s], cfg.blocks[s], schedules[s],
+                cfg.mlp_ratio, cfg.nll_ratio, drop_paths[s], lrc=cfg.lrc,
                 norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate, attn_drop_rate=cfg.attn_drop_rate,
             )
             for s in range(len(cfg.embed_dims))
