@@ -38,7 +38,7 @@ from _bench_common import (
     peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads,
 )
 
-import fairseq_sret  # noqa: F401,E402  (registers sret_transformer)
+import fairseq_sret.models  # noqa: F401,E402  (registers sret_transformer)
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402

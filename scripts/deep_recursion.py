@@ -70,7 +70,7 @@ def parse_args(argv=None):
 
 def build_model(args, checkpoint: bool):
     """The fairseq sret_transformer for ``args``, and its dictionary."""
-    import fairseq_sret  # noqa: F401  (registers sret_transformer)
+    import fairseq_sret.models  # noqa: F401  (registers sret_transformer)
     from fairseq.data import Dictionary
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 

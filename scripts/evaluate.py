@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 
     checkpoint = args.checkpoint
     if args.checkpoint_dir:
-        from fairseq_sret.checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+        from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
         run_dir = Path(args.checkpoint_dir)
         if args.average_last > 1:

@@ -2,7 +2,7 @@
 
 import argparse
 
-import fairseq_sret  # noqa: F401  (registers sret_transformer)
+import fairseq_sret.models  # noqa: F401  (registers sret_transformer)
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 

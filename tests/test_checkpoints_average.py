@@ -1,4 +1,4 @@
-"""Checkpoint averaging (fairseq_sret.checkpoints, scripts/average_checkpoints.py) on synthetic
+"""Checkpoint averaging (fairseq_sret.nmt_checkpoints, scripts/average_checkpoints.py) on synthetic
 fairseq-style checkpoints."""
 
 import argparse
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_sret.checkpoints import (
+from fairseq_sret.nmt_checkpoints import (
     average_checkpoints, checkpoint_num_updates, last_n_checkpoints, load_checkpoint, save_checkpoint,
 )
 

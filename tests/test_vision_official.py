@@ -106,7 +106,7 @@ def test_loading_at_384_interpolates_position_embedding(official):
 
 def test_our_checkpoints_round_trip(tmp_path, official, official_io):
     model = load_checkpoint(create_model("sret_t", groups=GLOBAL).eval(), official / "SReT_T_random.pth")
-    save_checkpoint(tmp_path / "ours.pt", model)
+    save_checkpoint(model, tmp_path / "ours.pt")
     again = load_checkpoint(create_model("sret_t", groups=GLOBAL).eval(), tmp_path / "ours.pt")
     with torch.no_grad():
         assert torch.equal(again(official_io["input"][:1]), model(official_io["input"][:1]))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fairseq_sret.vision import SReT, list_models, register_with_timm
-from fairseq_sret.vision.registry import TIMM_MODULE
+from fairseq_sret.vision.factory import TIMM_MODULE
 
 
 @pytest.fixture(autouse=True, scope="module")

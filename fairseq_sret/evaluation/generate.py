@@ -82,6 +82,10 @@ def _generate_here(argv, verbose: bool) -> List[str]:
     from fairseq import options
     from fairseq_cli import generate
 
+    # --user-dir does not import the models when fairseq_sret is already imported (as it
+    # is here): register them explicitly
+    import fairseq_sret.models  # noqa: F401
+
     quiet = [] if verbose else [logging.getLogger(n) for n in ("fairseq", "fairseq_cli", "fairseq_sret", "hydra")]
     levels = [lg.level for lg in quiet]
     for lg in quiet:

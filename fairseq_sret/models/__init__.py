@@ -1,6 +1,8 @@
-"""fairseq adapters: importing this module registers the SReT architectures with fairseq."""
+"""fairseq adapters. Importing this package (``--user-dir fairseq_sret`` does) registers the
+SReT architectures with fairseq and applies the fixes of :mod:`fairseq_sret.fairseq_patches`."""
 
-from . import fairseq_fixes  # noqa: F401  (keeps the batches fairseq would drop)
-from . import checkpoint_loading  # noqa: F401  (allow-lists what our checkpoints contain)
-from . import distributed  # noqa: F401  (fairseq's DDP wrapper on CPUs)
-from . import sret_transformer  # noqa: F401
+from ..fairseq_patches import apply_patches
+
+apply_patches()
+
+from . import sret_transformer  # noqa: E402,F401  (registers the model and its architectures)

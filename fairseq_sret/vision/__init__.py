@@ -9,12 +9,13 @@ Importing this package registers the models with timm when timm is installed, so
 """
 
 from . import mixer, sret  # noqa: F401  (register the models)
-from .checkpoint import convert_official_state_dict, load_checkpoint, save_checkpoint
 from .complexity import count_macs, count_params
+from .factory import create_model, register_with_timm
 from .losses import SoftDistillationLoss, soft_distillation_loss
 from .mixer import MixerConfig, RecursiveMixer
-from .registry import create_model, is_model, list_models, register_model, register_with_timm
+from .registry import is_model, list_models, register_model
 from .sret import GLOBAL_GROUPS, SLICED_GROUPS, SReT, SReTConfig, resize_pos_embed
+from .weights import convert_official_state_dict, load_checkpoint, save_checkpoint
 
 register_with_timm()
 

@@ -1,4 +1,4 @@
-"""Checkpoints: official SReT weights (szq0214/SReT) and our own.
+"""Weights of the vision models: official SReT checkpoints (szq0214/SReT) and our own.
 
 The official code stores ``{'model': state_dict}``. Its stage ``s`` is a flat list
 ``transformers.s.blocks.i``: for shared block ``b`` and recursion ``r`` (``R`` recursions),
@@ -166,6 +166,9 @@ def load_checkpoint(
     return model
 
 
-def save_checkpoint(path: str, model: nn.Module, extra: Optional[dict] = None) -> None:
-    """Save ``{'model': state_dict, **extra}`` (the layout :func:`load_checkpoint` reads)."""
+def save_checkpoint(model: nn.Module, path, extra: Optional[dict] = None) -> None:
+    """Save ``{'model': state_dict, **extra}`` (the layout :func:`load_checkpoint` reads).
+
+    Object first, then the path, as ``torch.save`` and
+    :func:`fairseq_sret.nmt_checkpoints.save_checkpoint` take them."""
     torch.save({"model": model.state_dict(), **(extra or {})}, path)

@@ -1,0 +1,226 @@
+"""Every change fairseq-sret makes to fairseq's behaviour, in one place.
+
+:func:`apply_patches` runs when ``fairseq_sret.models`` is imported (``--user-dir
+fairseq_sret`` does that). Each :class:`Patch` names the upstream defect it works around
+and has a probe that shows the defect on the installed fairseq; a patch whose probe finds
+fairseq already behaving is skipped. :data:`APPLIED` records what was done, and the log
+says it once (``fairseq_sret.fairseq_patches`` logger, level INFO).
+
+The patches:
+
+- ``keep_last_batch``: ``fairseq.data.data_utils.batch_by_size`` of fairseq's main branch
+  (the ``fairseq-fixed`` 0.12.3.1 package) drops the last batch whenever its size is not a
+  multiple of ``--required-batch-size-multiple`` (default 8), so ``fairseq-generate``
+  silently skips up to a batch of test sentences (4 of 60, 6 of IWSLT'14's 6,750) and
+  BLEU is computed on a subset. Patched: the dropped examples come back as a final batch,
+  with a warning once. (``--required-batch-size-multiple 1`` avoids it without us.)
+- ``checkpoint_loading``: ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` calls
+  ``torch.load`` with torch's default ``weights_only=True`` (torch >= 2.6), which refuses
+  the ``argparse.Namespace`` every fairseq checkpoint holds; and on a damaged or unsafe
+  file it surfaces torch's unpickling error, which names neither the file nor the cause
+  (for a truncated file it even suggests ``weights_only=False``). Patched: the load runs
+  under :func:`fairseq_sret.nmt_checkpoints.allowed_checkpoint_globals` (the one
+  allow-list policy), and failures raise ``CorruptCheckpointError`` or
+  ``UnsafeCheckpointError`` naming the file.
+- ``cpu_ddp``: ``DistributedFairseqModel`` always passes ``device_ids=[device_id]`` to
+  ``torch.nn.parallel.DistributedDataParallel``, which refuses CPU modules, so
+  ``fairseq-train --cpu --distributed-world-size 2`` fails before its first update for
+  every model. Patched: DDP gets ``device_ids=None`` for a module on the CPU; GPU runs are
+  unchanged. (On CPUs start one process per rank with ``--distributed-no-spawn
+  --distributed-init-method tcp://HOST:PORT --distributed-rank R --distributed-backend
+  gloo``: fairseq's spawning launcher counts CUDA devices.)
+
+Weight sharing itself needs no patch under data parallelism: a layer applied N times is
+one set of parameters whose gradient autograd sums before DDP's hook sees it.
+"""
+
+import argparse
+import functools
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Dict
+
+import numpy as np
+import torch
+from fairseq import checkpoint_utils
+from fairseq.data import data_utils
+from fairseq.models import distributed_fairseq_model
+from torch.nn.parallel import DistributedDataParallel
+
+from .nmt_checkpoints import allowed_checkpoint_globals, check_checkpoint_file, clear_load_error
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    defect: str
+    has_defect: Callable[[], bool]
+    install: Callable[[], None]
+
+
+# ---------------------------------------------------------------- keep_last_batch
+def _keep_last_batch(batch_by_size):
+    @functools.wraps(batch_by_size)
+    def wrapper(indices, *args, **kwargs):
+        batches = batch_by_size(indices, *args, **kwargs)
+        indices = np.asarray(indices if isinstance(indices, np.ndarray) else list(indices), dtype=np.int64)
+        batched = np.concatenate([np.asarray(b, dtype=np.int64) for b in batches]) if len(batches) else indices[:0]
+        if len(batched) == len(indices):
+            return batches
+        dropped = indices[~np.isin(indices, batched)]
+        if not wrapper.warned:
+            logger.warning(
+                "fairseq's batch_by_size dropped its last batch (%d of %d examples); fairseq_sret"
+                " keeps it (or pass --required-batch-size-multiple 1)", len(dropped), len(indices),
+            )
+            wrapper.warned = True
+        return list(batches) + [dropped]
+
+    wrapper.warned = False
+    wrapper.sret_patch = "keep_last_batch"
+    return wrapper
+
+
+def batch_by_size_drops_examples(batch_by_size=None) -> bool:
+    """Does ``batch_by_size`` lose an example that does not fill a multiple-of-2 batch?"""
+    batch_by_size = batch_by_size or data_utils.batch_by_size
+    batches = batch_by_size(
+        np.arange(3, dtype=np.int64), num_tokens_fn=lambda i: 1, max_sentences=2, required_batch_size_multiple=2
+    )
+    return sum(len(b) for b in batches) != 3
+
+
+def _install_keep_last_batch() -> None:
+    data_utils.batch_by_size = _keep_last_batch(data_utils.batch_by_size)
+
+
+# ---------------------------------------------------------------- checkpoint_loading
+def _clear_loading(load):
+    @functools.wraps(load)
+    def wrapper(path, *args, **kwargs):
+        local = path if isinstance(path, str) and os.path.isfile(path) else None
+        if local is not None:
+            check_checkpoint_file(local)
+        try:
+            with allowed_checkpoint_globals():
+                return load(path, *args, **kwargs)
+        except Exception as exc:
+            clear = clear_load_error(path, exc) if local is not None else None
+            if clear is None:
+                raise
+            # the chained torch/pickle traceback adds nothing for a damaged or refused file
+            raise clear from None
+
+    wrapper.sret_patch = "checkpoint_loading"
+    return wrapper
+
+
+def fairseq_loader_fails_on_own_checkpoints(load=None) -> bool:
+    """Can ``load_checkpoint_to_cpu`` not read a checkpoint holding an argparse.Namespace,
+    or does its error for a truncated file not name the file?"""
+    load = load or checkpoint_utils.load_checkpoint_to_cpu
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "probe.pt")
+        # the smallest state fairseq's upgrade code accepts, with a Namespace as in every checkpoint
+        state = {
+            "args": None, "cfg": None, "model": {},
+            "optimizer_history": [{"num_updates": 0, "optimizer_name": "probe", "lr_scheduler_state": {}}],
+            "extra_state": {"train_iterator": None, "probe": argparse.Namespace(probe=1)},
+        }
+        torch.save(state, path)
+        try:
+            load(path)
+        except Exception:
+            return True
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+        try:
+            load(path)
+        except Exception as exc:
+            return path not in str(exc)
+    return True  # a truncated file loaded without an error
+
+
+def _install_checkpoint_loading() -> None:
+    checkpoint_utils.load_checkpoint_to_cpu = _clear_loading(checkpoint_utils.load_checkpoint_to_cpu)
+
+
+# ---------------------------------------------------------------- cpu_ddp
+class CPUFriendlyDistributedDataParallel(DistributedDataParallel):
+    """DDP that ignores ``device_ids``/``output_device`` for a module on the CPU."""
+
+    def __init__(self, module, device_ids=None, output_device=None, **kwargs):
+        if all(p.device.type == "cpu" for p in module.parameters()):
+            device_ids = output_device = None
+        super().__init__(module, device_ids=device_ids, output_device=output_device, **kwargs)
+
+
+class _SeenArguments(Exception):
+    def __init__(self, kwargs):
+        super().__init__("probe")
+        self.kwargs = kwargs
+
+
+def fairseq_ddp_passes_device_ids_for_cpu() -> bool:
+    """Does ``DistributedFairseqModel`` give DDP ``device_ids`` for a CPU module?
+
+    Calls it with a stand-in DDP class that records its arguments (no process group).
+    """
+    real = distributed_fairseq_model.DistributedDataParallel
+
+    def record(module, **kwargs):
+        raise _SeenArguments(kwargs)
+
+    if isinstance(real, type) and issubclass(real, CPUFriendlyDistributedDataParallel):
+        return False
+    args = argparse.Namespace(
+        tpu=False, ddp_backend="pytorch_ddp", device_id=0, broadcast_buffers=False, bucket_cap_mb=25,
+        find_unused_parameters=False, gradient_as_bucket_view=False, ddp_comm_hook="none",
+    )
+    distributed_fairseq_model.DistributedDataParallel = record
+    try:
+        distributed_fairseq_model.DistributedFairseqModel(args, torch.nn.Linear(1, 1), None, torch.device("cpu"))
+    except _SeenArguments as seen:
+        return seen.kwargs.get("device_ids") is not None
+    finally:
+        distributed_fairseq_model.DistributedDataParallel = real
+    return False
+
+
+def _install_cpu_ddp() -> None:
+    distributed_fairseq_model.DistributedDataParallel = CPUFriendlyDistributedDataParallel
+
+
+# ---------------------------------------------------------------- registry
+PATCHES = (
+    Patch("keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
+          batch_by_size_drops_examples, _install_keep_last_batch),
+    Patch("checkpoint_loading", "load_checkpoint_to_cpu cannot read fairseq's own checkpoints with torch's"
+          " safe loading and does not name the file or the cause of a damaged or unsafe one",
+          fairseq_loader_fails_on_own_checkpoints, _install_checkpoint_loading),
+    Patch("cpu_ddp", "DistributedFairseqModel passes device_ids for CPU modules (CPU DDP fails)",
+          fairseq_ddp_passes_device_ids_for_cpu, _install_cpu_ddp),
+)
+
+#: ``{patch name: "applied" | "not needed"}`` once :func:`apply_patches` has run.
+APPLIED: Dict[str, str] = {}
+
+
+def apply_patches() -> Dict[str, str]:
+    """Probe the installed fairseq and install the patches it needs (once per process)."""
+    for patch in PATCHES:
+        if patch.name in APPLIED:
+            continue
+        if patch.has_defect():
+            patch.install()
+            APPLIED[patch.name] = "applied"
+            logger.info("patched fairseq (%s): %s", patch.name, patch.defect)
+        else:
+            APPLIED[patch.name] = "not needed"
+    return dict(APPLIED)
