@@ -136,6 +136,7 @@ def cli(tmp_path_factory):
     return dict(data_bin=data_bin, sret=sret, transformer=transformer, truncated=truncated, results=results)
 
 
+@pytest.mark.e2e
 def test_fairseq_train_stops_before_training_naming_the_option(cli):
     for i, (options, option) in enumerate(BAD_TRAIN):
         code, log = cli["results"][f"train {i}"]
@@ -153,6 +154,7 @@ def interactive_outputs(log: str):
     return {int(i): (sources[i], hyps.get(i)) for i in sources}, skipped
 
 
+@pytest.mark.e2e
 def test_interactive_empty_and_overlong_lines_like_fairseq_transformer(cli):
     results = cli["results"]
     ours_skip, theirs_skip = results["interactive sret skip"], results["interactive transformer skip"]
@@ -200,6 +202,7 @@ def damaged_copies(checkpoint, folder):
     return paths
 
 
+@pytest.mark.e2e
 def test_damaged_checkpoints_give_one_clear_error(cli, tmp_path):
     sret = cli["sret"]
     check_checkpoint_file(sret)  # a sound file passes
@@ -214,6 +217,7 @@ def test_damaged_checkpoints_give_one_clear_error(cli, tmp_path):
         assert error.__context__ is None or error.__suppress_context__, name
 
 
+@pytest.mark.e2e
 def test_fairseq_generate_on_a_truncated_checkpoint(cli):
     code, log = cli["results"]["generate truncated"]
     assert code != 0

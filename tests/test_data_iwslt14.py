@@ -21,6 +21,8 @@ from fairseq_sret.data.text import (
     _moses_tokenizer, clean_indices, map_lines, moses_detokenize, moses_tokenize, tokenize_lowercase,
 )
 
+pytestmark = pytest.mark.slow
+
 N_VALID = 400  # valid pairs placed in the fake training file (x23 lines per side)
 
 

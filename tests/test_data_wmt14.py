@@ -12,6 +12,8 @@ from fairseq_sret.data import wmt14
 from fairseq_sret.data.io import read_lines, write_lines
 from fairseq_sret.data.text import moses_detokenize, sgm_segments
 
+pytestmark = pytest.mark.slow
+
 N_TRAIN = 3000
 
 

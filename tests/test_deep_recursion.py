@@ -7,10 +7,13 @@ activation checkpointing keeps a step's memory near one application's activation
 
 import importlib.util
 
+import pytest
 import torch
 
 from cli_helpers import REPO
 from nmt_helpers import SMALL, build
+
+pytestmark = pytest.mark.slow
 
 
 def load_script():

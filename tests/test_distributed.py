@@ -13,6 +13,8 @@ import torch
 
 from cli_helpers import ENV, REPO, SRET, TRAIN, free_port, preprocess, write_corpus
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def data_bin(tmp_path_factory):

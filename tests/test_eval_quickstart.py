@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fairseq_sret.data.io import read_lines, write_lines
+
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -67,6 +67,7 @@ def test_cpu_ddp_defect_without_the_patch(monkeypatch):
     assert distributed_fairseq_model.DistributedDataParallel is torch.nn.parallel.DistributedDataParallel
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("module", ["fairseq_sret", "fairseq_sret.core", "fairseq_sret.vision", "fairseq_sret.nmt_checkpoints"])
 def test_pure_pytorch_parts_import_neither_fairseq_nor_its_patches(module):
     code = (

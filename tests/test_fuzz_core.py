@@ -9,12 +9,15 @@ sits at its input's position (checked against per-group attention); eval outputs
 deterministic and do not depend on padding or batch neighbours.
 """
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
 from fairseq_sret.core.partition import compute_partition
+
+pytestmark = pytest.mark.fuzz
 
 C = 16
 

@@ -10,12 +10,15 @@ incremental (beam-search style) decoding equals the teacher-forced forward.
 
 import math
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from nmt_helpers import DummyTask, build
 from test_fuzz_core import fuzz
+
+pytestmark = pytest.mark.fuzz
 
 TASK = DummyTask(vocab_size=20)
 

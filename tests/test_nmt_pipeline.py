@@ -13,6 +13,8 @@ import sacrebleu
 
 from fairseq_sret.toy_data import write_reversal_corpus
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ENV = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"), PYTHONUNBUFFERED="1")

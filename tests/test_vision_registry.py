@@ -75,6 +75,7 @@ def test_no_timm_means_no_registration(monkeypatch):
     assert register_with_timm() is False
 
 
+@pytest.mark.e2e
 def test_vision_imports_and_runs_without_fairseq():
     code = "\n".join([
         "import sys",
