@@ -26,6 +26,17 @@ setup(
         # image loading for scripts/train_vision.py (no torchvision needed)
         "vision": ["pillow"],
     },
+    entry_points={
+        "console_scripts": [
+            "sret-prepare = fairseq_sret.cli.prepare:main",
+            "sret-evaluate = fairseq_sret.cli.evaluate:main",
+            "sret-average-checkpoints = fairseq_sret.cli.average_checkpoints:main",
+            "sret-plot-lrc = fairseq_sret.cli.plot_lrc:main",
+            "sret-train-vision = fairseq_sret.cli.train_vision:main",
+            "sret-count = fairseq_sret.cli.count:main",
+            "sret-toy-data = fairseq_sret.toy_data:main",
+        ],
+    },
     classifiers=[
         "License :: OSI Approved :: MIT License",
         "Programming Language :: Python :: 3",

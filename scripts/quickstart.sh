@@ -72,7 +72,7 @@ if [ -n "$data" ]; then
 else
     echo "[quickstart] no local Multi30k given (--data DIR or SRET_DATA_MULTI30K): downloading it"
 fi
-"$py" "$repo/scripts/prepare_multi30k.py" "${src_args[@]}" --out "$bin_dir" \
+"$py" -m fairseq_sret.cli.prepare multi30k "${src_args[@]}" --out "$bin_dir" \
     --vocab-size "${SRET_VOCAB:-8000}" > /dev/null
 
 # ------------------------------------------------------------------ training
@@ -123,7 +123,7 @@ else
     what="$ckpt_dir/checkpoint_${SRET_CHECKPOINT:-last}.pt"
 fi
 echo "[quickstart] evaluating $what on test_2016_flickr"
-"$py" "$repo/scripts/evaluate.py" --data "$bin_dir" "${model_args[@]}" --subset test \
+"$py" -m fairseq_sret.cli.evaluate --data "$bin_dir" "${model_args[@]}" --subset test \
     --beam "${SRET_BEAM:-5}" --lenpen "${SRET_LENPEN:-1.0}" --output-dir "$run_dir/eval" \
     --generate-args "${SRET_EVAL_ARGS:-}"
 elapsed=$(( $(date +%s) - start ))

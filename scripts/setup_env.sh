@@ -26,6 +26,7 @@ else
 fi
 
 if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, hypothesis" 2>/dev/null \
+        && [ -x "$venv/bin/sret-evaluate" ] \
         && [ "$("$py" -c 'import fairseq_sret, os; print(os.path.dirname(os.path.dirname(fairseq_sret.__file__)))')" = "$repo" ]; then
     echo "[setup] fairseq-sret and its dependencies already installed"
 else

@@ -1,9 +1,9 @@
-"""Checkpoint averaging (fairseq_sret.nmt_checkpoints, scripts/average_checkpoints.py) on synthetic
+"""Checkpoint averaging (fairseq_sret.nmt_checkpoints, sret-average-checkpoints) on synthetic
 fairseq-style checkpoints."""
 
 import argparse
 import collections
-import importlib.util
+import importlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,6 @@ from fairseq_sret.nmt_checkpoints import (
     average_checkpoints, checkpoint_num_updates, last_n_checkpoints, load_checkpoint, save_checkpoint,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def fake_checkpoint(seed: int, epoch: int, updates: int) -> dict:
@@ -102,11 +101,8 @@ def test_unknown_globals_are_refused_not_unpickled(tmp_path):
         load_checkpoint(tmp_path / "bad.pt")
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_script(name="average_checkpoints"):
+    return importlib.import_module(f"fairseq_sret.cli.{name}")
 
 
 def test_average_checkpoints_cli(run_dir, tmp_path, capsys):

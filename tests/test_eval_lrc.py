@@ -1,8 +1,8 @@
-"""LRC coefficient trajectories (fairseq_sret.evaluation.lrc, scripts/plot_lrc.py) on a synthetic run."""
+"""LRC coefficient trajectories (fairseq_sret.evaluation.lrc, sret-plot-lrc) on a synthetic run."""
 
 import argparse
 import collections
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
@@ -11,7 +11,6 @@ import torch
 
 from fairseq_sret.evaluation import lrc
 
-REPO = Path(__file__).resolve().parents[1]
 NAMES = [
     "encoder.layers.0.recursive.layer.self_attn_residual.skip_scale",
     "encoder.layers.0.recursive.layer.self_attn_residual.branch_scale",
@@ -68,11 +67,8 @@ def test_no_lrc_parameters_is_a_clear_error(tmp_path):
         lrc.collect([tmp_path / "checkpoint1.pt"])
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("plot_lrc", REPO / "scripts" / "plot_lrc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_script(name="plot_lrc"):
+    return importlib.import_module(f"fairseq_sret.cli.{name}")
 
 
 def test_cli_prints_a_table_without_matplotlib(tmp_path, monkeypatch, capsys):

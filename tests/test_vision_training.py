@@ -1,6 +1,5 @@
-"""Vision training pieces: soft distillation, schedule, data, and scripts/train_vision.py (issue #5)."""
+"""Vision training pieces: soft distillation, schedule, data, and sret-train-vision (issue #5)."""
 
-import importlib.util
 import json
 import math
 import os
@@ -20,9 +19,6 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ----------------------------------------------------------------------- distillation
@@ -125,10 +121,9 @@ def test_image_folder_and_transforms(image_folder):
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("train_vision", os.path.join(REPO, "scripts", "train_vision.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from fairseq_sret.cli import train_vision
+
+    return train_vision
 
 
 def common(data, **extra):
@@ -142,28 +137,28 @@ def common(data, **extra):
 def test_train_evaluate_resume_and_distill(image_folder, tmp_path, capsys):
     script = load_script()
     out = tmp_path / "run"
-    stats = script.main(common(image_folder, epochs=1, output=out))
+    stats = script.run(common(image_folder, epochs=1, output=out))
     assert stats["epoch"] == 0 and math.isfinite(stats["train_loss"]) and stats["val_n"] == 8
     assert {"checkpoint_last.pt", "checkpoint_best.pt", "log.jsonl"} <= set(os.listdir(out))
 
     # evaluation of the saved weights reproduces the logged validation numbers
-    evaluated = script.main(common(image_folder, eval_only=True, checkpoint=out / "checkpoint_last.pt"))
+    evaluated = script.run(common(image_folder, eval_only=True, checkpoint=out / "checkpoint_last.pt"))
     assert evaluated["loss"] == pytest.approx(stats["val_loss"], abs=1e-5)
     assert evaluated["acc1"] == stats["val_acc1"]
 
     # resuming continues at the next epoch
-    resumed = script.main(common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt"))
+    resumed = script.run(common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt"))
     assert resumed["epoch"] == 1
     log = [json.loads(line) for line in open(out / "log.jsonl")]
     assert [e["epoch"] for e in log] == [0, 1]
 
     # teacher logits on the train split, then soft distillation from them
     teacher = tmp_path / "teacher.pt"
-    script.main(common(image_folder, checkpoint=out / "checkpoint_last.pt", dump_logits=teacher))
+    script.run(common(image_folder, checkpoint=out / "checkpoint_last.pt", dump_logits=teacher))
     dumped = torch.load(teacher, weights_only=True)
     assert dumped["logits"].shape == (8, 2) and dumped["samples"][0] == "cat/0.png"
-    plain = script.main(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3))
-    distilled = script.main(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3, teacher_logits=teacher))
+    plain = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3))
+    distilled = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3, teacher_logits=teacher))
     assert math.isfinite(distilled["train_loss"]) and distilled["train_loss"] != plain["train_loss"]
 
 
@@ -186,5 +181,5 @@ def test_mixed_precision_settings_and_cpu_bf16_step(image_folder):
     script = load_script()
     assert script.autocast_settings(torch.device("cpu"), "auto") == (False, None, False)
     assert script.autocast_settings(torch.device("cpu"), "on") == (True, torch.bfloat16, False)
-    stats = script.main(common(image_folder, epochs=1, max_steps_per_epoch=1, amp="on"))
+    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, amp="on"))
     assert math.isfinite(stats["train_loss"]) and math.isfinite(stats["val_loss"])

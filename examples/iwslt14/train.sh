@@ -27,7 +27,7 @@ data="${DATA:-$repo/data-bin/iwslt14_de_en}"
 save_dir="${SAVE_DIR:-$repo/checkpoints/iwslt14_$model}"
 
 if [ ! -f "$data/sret_data.json" ]; then
-    "$py" "$repo/scripts/prepare_iwslt14.py" ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
+    "$py" -m fairseq_sret.cli.prepare iwslt14 ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
 fi
 
 mkdir -p "$save_dir"
@@ -43,9 +43,9 @@ mkdir -p "$save_dir"
     --log-format simple --log-interval 100 ${EXTRA_ARGS:-} 2>&1 | tee -a "$save_dir/train.log"
 
 if [ "${AVERAGE_LAST:-0}" -gt 1 ]; then
-    "$py" "$repo/scripts/evaluate.py" --data "$data" --checkpoint-dir "$save_dir" --average-last "$AVERAGE_LAST" \
+    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "$AVERAGE_LAST" \
         --beam 5 --output-dir "$save_dir/eval"
 else
-    "$py" "$repo/scripts/evaluate.py" --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
+    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
         --beam 5 --output-dir "$save_dir/eval"
 fi

@@ -30,7 +30,7 @@ data="${DATA:-$repo/data-bin/wmt14_en_de}"
 save_dir="${SAVE_DIR:-$repo/checkpoints/wmt14_$model}"
 
 if [ ! -f "$data/sret_data.json" ]; then
-    "$py" "$repo/scripts/prepare_wmt14.py" ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
+    "$py" -m fairseq_sret.cli.prepare wmt14 ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
 fi
 
 mkdir -p "$save_dir"
@@ -46,9 +46,9 @@ mkdir -p "$save_dir"
     --log-format simple --log-interval 100 ${EXTRA_ARGS:-} 2>&1 | tee -a "$save_dir/train.log"
 
 if [ "${AVERAGE_LAST:-5}" -gt 1 ]; then
-    "$py" "$repo/scripts/evaluate.py" --data "$data" --checkpoint-dir "$save_dir" --average-last "${AVERAGE_LAST:-5}" \
+    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "${AVERAGE_LAST:-5}" \
         --by-update --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval"
 else
-    "$py" "$repo/scripts/evaluate.py" --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
+    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
         --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval"
 fi

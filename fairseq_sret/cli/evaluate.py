@@ -1,14 +1,13 @@
-#!/usr/bin/env python3
-"""Evaluate a checkpoint on a data-bin made by scripts/prepare_*.py, the way the
+"""Evaluate a checkpoint on a data-bin made by sret-prepare, the way the
 literature reports each benchmark:
 
   IWSLT'14 De-En   tokenized BLEU (Moses-tokenized, lowercased references) + lowercased sacreBLEU
   WMT'14 En-De     sacreBLEU (detokenized, cased, with its signature) + compound-split BLEU
   Multi30k         sacreBLEU + tokenized lowercased BLEU
 
-  python scripts/evaluate.py --data data-bin/iwslt14_de_en --checkpoint checkpoints/iwslt14/checkpoint_best.pt
-  python scripts/evaluate.py --data data-bin/wmt14_en_de --checkpoint-dir checkpoints/wmt14 --average-last 5
-  python scripts/evaluate.py --data DATA --generate-output generate-test.txt   # score an existing output
+  sret-evaluate --data data-bin/iwslt14_de_en --checkpoint checkpoints/iwslt14/checkpoint_best.pt
+  sret-evaluate --data data-bin/wmt14_en_de --checkpoint-dir checkpoints/wmt14 --average-last 5
+  sret-evaluate --data DATA --generate-output generate-test.txt   # score an existing output
 """
 
 import argparse
@@ -17,13 +16,11 @@ import shlex
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from . import HelpFormatter
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="sret-evaluate", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="data-bin written by a prepare script")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="checkpoint file to translate with")
@@ -44,11 +41,11 @@ def main(argv=None) -> int:
     p.add_argument("--verbose", action="store_true", help="show fairseq-generate's log")
     args = p.parse_args(argv)
 
-    from fairseq_sret.evaluation.evaluate import evaluate, format_report
+    from ..evaluation.evaluate import evaluate, format_report
 
     checkpoint = args.checkpoint
     if args.checkpoint_dir:
-        from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+        from ..nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
         run_dir = Path(args.checkpoint_dir)
         if args.average_last > 1:

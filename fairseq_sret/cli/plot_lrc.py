@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Plot how the LRC coefficients (learnable residual scales) of each layer evolve during
 training, from the checkpoints of a run (the paper's "evolution of coefficients" figure).
 
-  python scripts/plot_lrc.py runs/multi30k/checkpoints                 # -> .../lrc.png
-  python scripts/plot_lrc.py runs/multi30k/checkpoints --output lrc.png --table
+  sret-plot-lrc runs/multi30k/checkpoints                 # -> .../lrc.png
+  sret-plot-lrc runs/multi30k/checkpoints --output lrc.png --table
 
 Needs matplotlib for the PNG (pip install 'fairseq-sret[plot]'); without it the
 coefficients are printed as a table. Save checkpoints often (--save-interval-updates)
@@ -14,20 +13,18 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from . import HelpFormatter
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="sret-plot-lrc", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("inputs", nargs="+", help="a run folder (its checkpoint*.pt are read) or checkpoint files")
     p.add_argument("--output", default=None, help="PNG to write (default: RUN_DIR/lrc.png)")
     p.add_argument("--table", action="store_true", help="also print the table when matplotlib is available")
     p.add_argument("--title", default="LRC coefficients")
     args = p.parse_args(argv)
 
-    from fairseq_sret.evaluation import lrc
+    from ..evaluation import lrc
 
     if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
         run_dir = Path(args.inputs[0])

@@ -1,20 +1,19 @@
-#!/usr/bin/env python
 """Train or evaluate an SReT image classifier on an ImageFolder dataset.
 
     DATA/train/<class>/<image>, DATA/val/<class>/<image>
 
     # SReT-T from scratch (paper: 300 epochs, batch 1024, lr 1e-3, 5 warm-up epochs)
-    python scripts/train_vision.py --data DATA --model sret_t --output runs/sret_t
+    sret-train-vision --data DATA --model sret_t --output runs/sret_t
     # soft distillation (no one-hot label) from a teacher's logits or a teacher model
-    python scripts/train_vision.py --data DATA --model sret_t_distill --teacher-logits teacher.pt
-    python scripts/train_vision.py --data DATA --model sret_t_distill \\
+    sret-train-vision --data DATA --model sret_t_distill --teacher-logits teacher.pt
+    sret-train-vision --data DATA --model sret_t_distill \\
         --teacher sret_s --teacher-checkpoint teacher.pth
     # fine-tune at 384 (paper: lr 5e-6, no weight decay), from our or official weights
-    python scripts/train_vision.py --data DATA --model sret_t_distill_384 --finetune SReT_T_distill.pth \\
+    sret-train-vision --data DATA --model sret_t_distill_384 --finetune SReT_T_distill.pth \\
         --lr 5e-6 --weight-decay 0 --epochs 30 --warmup-epochs 0
     # evaluate, or write a teacher-logits file for the train split
-    python scripts/train_vision.py --data DATA --model sret_t --eval-only --checkpoint SReT_T.pth
-    python scripts/train_vision.py --data DATA --model sret_s --checkpoint teacher.pth --dump-logits teacher.pt
+    sret-train-vision --data DATA --model sret_t --eval-only --checkpoint SReT_T.pth
+    sret-train-vision --data DATA --model sret_s --checkpoint teacher.pth --dump-logits teacher.pt
 
 AdamW with no weight decay on biases/norms/LRC scalars and the position embedding,
 per-step cosine schedule with linear warm-up, label smoothing, stochastic depth (the
@@ -39,15 +38,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fairseq_sret.vision import create_model, load_checkpoint, soft_distillation_loss  # noqa: E402
-from fairseq_sret.vision.data import EvalTransform, ImageFolder, TrainTransform  # noqa: E402
-from fairseq_sret.vision.training import cosine_lr, param_groups, topk_correct  # noqa: E402
+from ..vision import create_model, load_checkpoint, soft_distillation_loss
+from ..vision.data import EvalTransform, ImageFolder, TrainTransform
+from ..vision.training import cosine_lr, param_groups, topk_correct
+from . import HelpFormatter
 
 
 def get_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="sret-train-vision", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="folder with train/ and val/ ImageFolder splits")
     p.add_argument("--model", default="sret_t", help="registered model name")
     p.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's)")
@@ -140,7 +138,8 @@ def dump_logits(model, dataset, path, batch_size, workers, device, amp):
     torch.save({"samples": samples, "logits": torch.cat(chunks), "classes": dataset.classes}, path)
 
 
-def main(argv=None):
+def run(argv=None) -> dict:
+    """Parse ``argv`` and train, evaluate or dump logits; returns the last statistics."""
     args = get_parser().parse_args(argv)
     logging.getLogger("PIL").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
     torch.manual_seed(args.seed)
@@ -271,5 +270,10 @@ def main(argv=None):
     return stats
 
 
+def main(argv=None) -> int:
+    run(argv)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Average the parameters of fairseq checkpoints (our implementation of fairseq's
 scripts/average_checkpoints.py, which its pip package does not ship).
 
-  python scripts/average_checkpoints.py --inputs RUN_DIR --num-epoch-checkpoints 5 --output RUN_DIR/avg5.pt
-  python scripts/average_checkpoints.py --inputs RUN_DIR --num-update-checkpoints 10 --output avg.pt
-  python scripts/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
+  sret-average-checkpoints --inputs RUN_DIR --num-epoch-checkpoints 5 --output RUN_DIR/avg5.pt
+  sret-average-checkpoints --inputs RUN_DIR --num-update-checkpoints 10 --output avg.pt
+  sret-average-checkpoints --inputs a.pt b.pt c.pt --output avg.pt
 
 The result keeps everything but the parameters (config, training state) from the newest
 input checkpoint.
@@ -14,13 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from . import HelpFormatter
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="sret-average-checkpoints", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--inputs", nargs="+", required=True,
                    help="checkpoint files, or one run folder with --num-epoch/update-checkpoints")
     p.add_argument("--output", required=True, help="the averaged checkpoint to write")
@@ -31,7 +28,7 @@ def main(argv=None) -> int:
                    help="ignore checkpoints after this epoch / update number")
     args = p.parse_args(argv)
 
-    from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+    from ..nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
     if args.num_epoch_checkpoints or args.num_update_checkpoints:
         if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():

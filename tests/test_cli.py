@@ -1,0 +1,41 @@
+"""The user commands: installed as console entry points and runnable with python -m, each
+with a --help that says what it does and shows an example."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+BIN = Path(sys.executable).parent
+COMMANDS = {
+    "sret-prepare": "fairseq_sret.cli.prepare",
+    "sret-evaluate": "fairseq_sret.cli.evaluate",
+    "sret-average-checkpoints": "fairseq_sret.cli.average_checkpoints",
+    "sret-plot-lrc": "fairseq_sret.cli.plot_lrc",
+    "sret-train-vision": "fairseq_sret.cli.train_vision",
+    "sret-count": "fairseq_sret.cli.count",
+    "sret-toy-data": "fairseq_sret.toy_data",
+}
+
+
+@pytest.mark.parametrize("command,module", COMMANDS.items())
+def test_command_and_module_print_help_with_an_example(command, module):
+    installed = subprocess.run([str(BIN / command), "--help"], capture_output=True, text=True)
+    as_module = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+    assert as_module.returncode == 0, as_module.stderr
+    assert f"\n  {command} " in installed.stdout, installed.stdout  # an indented example line
+    assert installed.stdout.splitlines()[0].startswith(f"usage: {command}")
+
+
+def test_count_vision_prints_the_official_sret_t_numbers():
+    out = subprocess.run([str(BIN / "sret-count"), "vision", "sret_t"], capture_output=True, text=True, check=True).stdout
+    assert "4,755,979" in out and "1.112" in out
+
+
+def test_bad_arguments_fail_with_usage():
+    result = subprocess.run([str(BIN / "sret-prepare"), "cifar10"], capture_output=True, text=True)
+    assert result.returncode == 2 and "invalid choice: 'cifar10'" in result.stderr
