@@ -14,8 +14,6 @@ device: this measures the model, not a data pipeline.
 
 Variants (``--variants``, each applied to every model; timm models too, so that the
 comparison is like for like):
-  legacy  (``--legacy MODEL ...``, ours only) eager with the code paths from before issue
-          #6's optimizations, see scripts/_legacy_sret.py: the before/after of that work
   eager   the model as built (NCHW)
   cl      channels-last memory format (model and input)
   graph   cl + the whole inference forward captured in a CUDA graph (CUDA, infer only):
@@ -61,9 +59,6 @@ def parse_args(argv=None):
     p.add_argument("--variants", nargs="+", choices=["eager", "cl", "graph"], default=["eager", "cl"])
     p.add_argument("--timm-variants", nargs="+", choices=["eager", "cl", "graph"], default=None,
                    help="variants of the timm models (default: --variants)")
-    p.add_argument("--legacy", nargs="*", default=[], metavar="MODEL",
-                   help="our models that also get a 'legacy' variant: NCHW eager with the code paths from"
-                        " before issue #6's optimizations (scripts/_legacy_sret.py)")
     p.add_argument("--profile", nargs="*", default=[], metavar="MODEL[:VARIANT]",
                    help="print a torch.profiler table of these models (eager unless :VARIANT is given)")
     p.add_argument("--compile", nargs="*", default=[], metavar="MODEL",
@@ -95,7 +90,6 @@ def parse_args(argv=None):
     if args.smoke:
         args.device = "cpu" if args.device == "auto" else args.device
         args.models = ["sret_t", "deit_tiny_patch16_224"]
-        args.legacy = args.legacy or ["sret_t"]
         args.batch_infer, args.batch_train, args.img_size = 2, 2, 64
         args.warmup, args.iters, args.rounds = 1, 1, 1
     return args
@@ -144,10 +138,6 @@ class Variant:
         args, device = self.args, self.device
         torch.manual_seed(0)
         model = build(self.name, args.img_size).to(device)
-        if self.variant == "legacy":
-            from _legacy_sret import patch_legacy
-
-            patch_legacy(model)
         self.params = sum(p.numel() for p in model.parameters())
         batch = args.batch_infer if self.mode == "infer" else args.batch_train
         x = torch.randn(batch, 3, args.img_size, args.img_size, device=device)
@@ -227,8 +217,6 @@ def run_mode(mode, args, device, dtype, deadline):
     variants = []
     for name in args.models:
         names = args.variants if is_model(name) or args.timm_variants is None else args.timm_variants
-        if name in args.legacy:
-            names = ["legacy"] + [n for n in names if n != "legacy"]
         for variant in names:
             if variant == "graph" and (device.type != "cuda" or mode != "infer"):
                 continue
@@ -340,7 +328,6 @@ def main(argv=None):
     missing = [m for m in args.models if not is_model(m) and not have_timm]
     args.models = [m for m in args.models if m not in missing]
     args.compile = [m for m in args.compile if m == "all" or m in args.models]
-    args.legacy = [m for m in args.legacy if m in args.models and is_model(m)]
     print(command_line())
     print(hardware_line(device))
     if have_timm:

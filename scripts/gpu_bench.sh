@@ -78,7 +78,7 @@ if [[ "$SMOKE" == 1 ]]; then
 else
     S=(); DEV=(--device cuda)
     VISION=(--models sret_t deit_tiny_patch16_224 sret_tl sret_s deit_small_patch16_224 pit_ti_224 pit_s_224
-            --variants eager cl --timm-variants eager --legacy sret_t --warmup 3 --iters 10 --rounds 3
+            --variants eager cl --timm-variants eager --warmup 3 --iters 10 --rounds 3
             --time-budget 90 --profile sret_t deit_tiny_patch16_224)
     # No `graph` variant: in the first device run (H100, torch 2.11) both vision steps died
     # with "CUDA error: an illegal memory access" once CUDA-graph variants had been

@@ -63,9 +63,8 @@ def test_bench_vision_smoke():
     out = run_script("bench_vision.py")
     assert "### vision inference" in out and "### vision training step" in out
     ours = rows(out, "SReT-T")
-    assert len(ours) == 6, out  # legacy + eager + cl, inference and training
+    assert len(ours) == 4, out  # eager + cl, inference and training
     assert all(re.search(r"\| \d[\d,.]* \|", r) for r in ours), out  # images/s filled in
-    assert sum("| legacy |" in r for r in ours) == 2
     if importlib.util.find_spec("timm") is None:
         assert "timm not installed: skipping deit_tiny_patch16_224" in out
     else:
