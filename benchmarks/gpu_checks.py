@@ -14,8 +14,8 @@
 Exit status 0 when no forward loss is non-finite, no step was skipped and the attention
 errors stay within half-precision rounding.
 
-    python scripts/gpu_checks.py                      # the GPU check: cuda, fp16, 100 updates
-    python scripts/gpu_checks.py --device cpu --updates 3 --batch 8   # smoke test
+    python -m benchmarks.gpu_checks                      # the GPU check: cuda, fp16, 100 updates
+    python -m benchmarks.gpu_checks --device cpu --updates 3 --batch 8   # smoke test
 """
 
 import argparse
@@ -29,9 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock  # noqa: E402
+from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 

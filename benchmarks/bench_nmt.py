@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """Translation-model speed: sret_transformer against fairseq's transformer (issue #6, item 3).
 
-    python scripts/bench_nmt.py                     # IWSLT'14 sizes, CPU
-    python scripts/bench_nmt.py --threads 2 --batch 32 --src-len 30 --tgt-len 30
-    python scripts/bench_nmt.py --smoke             # tiny, seconds (harness check)
+    python -m benchmarks.bench_nmt                     # IWSLT'14 sizes, CPU
+    python -m benchmarks.bench_nmt --threads 2 --batch 32 --src-len 30 --tgt-len 30
+    python -m benchmarks.bench_nmt --smoke             # tiny, seconds (harness check)
 
 Models are built through fairseq's model registry with the same width, heads, FFN size and
 vocabulary (joined 10K, decoder input/output embeddings shared, as in the README's table):
@@ -33,7 +32,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from _bench_common import (
+from benchmarks.common import (
     clock_note, command_line, default_clock, flop_counter, fmt_ratio, hardware_line, measure, median, mib,
     peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads,
 )

@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """Image classifier throughput: SReT against timm's DeiT and PiT (issue #6, item 4).
 
-    python scripts/bench_vision.py                                  # CUDA: bf16 autocast, batch 256 / 128
-    python scripts/bench_vision.py --compile sret_t deit_tiny_patch16_224
-    python scripts/bench_vision.py --device cpu --batch-infer 16 --batch-train 8 --models sret_t sret_tl sret_s
-    python scripts/bench_vision.py --smoke                          # tiny, seconds (harness check)
+    python -m benchmarks.bench_vision                                  # CUDA: bf16 autocast, batch 256 / 128
+    python -m benchmarks.bench_vision --compile sret_t deit_tiny_patch16_224
+    python -m benchmarks.bench_vision --device cpu --batch-infer 16 --batch-train 8 --models sret_t sret_tl sret_s
+    python -m benchmarks.bench_vision --smoke                          # tiny, seconds (harness check)
 
 Two modes, each measured for every model and variant in this one process (round-robin
 rounds, median): ``infer`` (``torch.no_grad``, batch ``--batch-infer``) and ``train`` (one
@@ -38,7 +37,7 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-from _bench_common import (
+from benchmarks.common import (
     clock_fn, clock_note, command_line, default_clock, fmt_ratio, hardware_line, median, mib, peak_memory,
     pick_device, print_table, profile_table, quiet_logging, set_threads, sync,
 )

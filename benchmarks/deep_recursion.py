@@ -24,9 +24,9 @@ below the first ten.
 
 Examples::
 
-    OMP_NUM_THREADS=2 python scripts/deep_recursion.py --memory            # 1000 layers
-    OMP_NUM_THREADS=2 python scripts/deep_recursion.py --updates 50 --checkpoint-recursions
-    python scripts/deep_recursion.py --unique-layers 2 --recursions 5 --width 32 --updates 3
+    OMP_NUM_THREADS=2 python -m benchmarks.deep_recursion --memory            # 1000 layers
+    OMP_NUM_THREADS=2 python -m benchmarks.deep_recursion --updates 50 --checkpoint-recursions
+    python -m benchmarks.deep_recursion --unique-layers 2 --recursions 5 --width 32 --updates 3
 """
 
 import argparse
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv=None):
@@ -187,10 +187,10 @@ def measure_child(args) -> dict:
 def measure_memory(args) -> list:
     results = []
     for checkpoint in (False, True):
-        cmd = [sys.executable, __file__, "--child-memory", *_forward_args(args)]
+        cmd = [sys.executable, "-m", "benchmarks.deep_recursion", "--child-memory", *_forward_args(args)]
         if checkpoint:
             cmd.append("--checkpoint-recursions")
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"memory child failed:\n{out.stderr[-3000:]}")
         result = json.loads(out.stdout.strip().splitlines()[-1])
