@@ -3,7 +3,7 @@
 Builds the fairseq ``sret_transformer`` (LRC on) with ``--unique-layers`` layers per side,
 each applied ``--recursions`` times: 5 unique layers x 100 recursions on the encoder and on
 the decoder = 10 unique layers, 1000 layer applications. Training data are generated:
-random token sequences whose target is the reversed source.
+sentences of the reversal toy task (:mod:`fairseq_sret.toy_data`), ``--length`` tokens each.
 
 Memory (``--memory``): each setting (``--checkpoint-recursions`` off, then on) runs in a
 fresh child process that builds the model, takes one warm-up training step (so Adam's
@@ -30,6 +30,7 @@ Examples::
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -40,6 +41,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from fairseq_sret.toy_data import reversal_batch, reversal_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,15 +97,15 @@ def build_model(args, checkpoint: bool):
     return model, Task.source_dictionary
 
 
-def make_batch(d, args, generator):
-    """Reversal task: src = w_1 .. w_n </s>, target = w_n .. w_1 </s> (teacher forcing)."""
-    words = torch.randint(d.nspecial, len(d), (args.batch, args.length - 1), generator=generator)
-    eos = torch.full((args.batch, 1), d.eos())
-    src = torch.cat([words, eos], 1)
-    target = torch.cat([words.flip(1), eos], 1)
-    prev = torch.cat([eos, words.flip(1)], 1)
-    lengths = torch.full((args.batch,), args.length)
-    return src, lengths, prev, target
+def sentence_pairs(args, seed):
+    """Endless reversal pairs of ``--length - 1`` words (plus EOS: ``--length`` tokens)."""
+    return reversal_pairs(seed, vocab_size=args.vocab, lengths=(args.length - 1, args.length - 1))
+
+
+def make_batch(d, args, pairs):
+    """src = w_1 .. w_n </s>, target = w_n .. w_1 </s>, prev = </s> w_n .. w_1 (teacher forcing)."""
+    chosen = list(itertools.islice(pairs, args.batch))
+    return reversal_batch(chosen, first_word=d.nspecial, pad=d.pad(), eos=d.eos())
 
 
 def train_step(model, optimizer, batch):
@@ -156,14 +159,14 @@ def measure_child(args) -> dict:
     model, d = build_model(args, args.checkpoint_recursions)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    g = torch.Generator().manual_seed(args.seed)
+    pairs = sentence_pairs(args, args.seed)
     start = time.time()
-    train_step(model, optimizer, make_batch(d, args, g))
+    train_step(model, optimizer, make_batch(d, args, pairs))
     warmup_s = time.time() - start
     result = {"checkpoint_recursions": args.checkpoint_recursions, "parameters": n_params(model),
               "step_seconds_warmup": round(warmup_s, 1)}
     try:
-        batch = make_batch(d, args, g)
+        batch = make_batch(d, args, pairs)
         _malloc_trim()
         rss_before = _rss_kib("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM (Linux >= 4.0)
@@ -175,7 +178,7 @@ def measure_child(args) -> dict:
         pass
     from torch.profiler import ProfilerActivity, profile
 
-    batch = make_batch(d, args, g)
+    batch = make_batch(d, args, pairs)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         train_step(model, optimizer, batch)
     result["torch_step_peak_mib"] = round(_profiler_peak_bytes(prof) / 2**20, 1)
@@ -214,12 +217,12 @@ def train(args) -> dict:
     model, d = build_model(args, args.checkpoint_recursions)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98))
-    g = torch.Generator().manual_seed(args.seed + 1)
+    pairs = sentence_pairs(args, args.seed + 1)
     losses, start = [], time.time()
     print(f"training {args.updates} updates: {2 * args.unique_layers * args.recursions} layer"
           f" applications, {n_params(model):,} parameters", flush=True)
     for update in range(1, args.updates + 1):
-        losses.append(train_step(model, optimizer, make_batch(d, args, g)))
+        losses.append(train_step(model, optimizer, make_batch(d, args, pairs)))
         elapsed = time.time() - start
         print(f"update {update:4d}  loss {losses[-1]:.4f}  {elapsed:7.1f}s", flush=True)
         if args.time_limit and elapsed > args.time_limit and update < args.updates:
