@@ -36,28 +36,11 @@ from benchmarks.common import (
     clock_note, command_line, default_clock, flop_counter, fmt_ratio, hardware_line, measure, median, mib,
     peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads,
 )
-
-import fairseq_sret  # noqa: F401,E402  (registers sret_transformer)
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
-from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator
+from fairseq_sret.models.toy import ToyTask, architecture_args, build_model
 
 TARGETS = {"train": 0.95, "generate": 0.90}
 warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
-
-
-class Task:
-    def __init__(self, vocab):
-        d = Dictionary()
-        for i in range(vocab - len(d)):
-            d.add_symbol(f"tok{i}")
-        self.source_dictionary = self.target_dictionary = d
-
-
-def build(arch, task, **overrides):
-    args = argparse.Namespace(share_decoder_input_output_embed=True, **overrides)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task), args
 
 
 def parse_args(argv=None):
@@ -170,7 +153,7 @@ def main(argv=None):
     set_threads(args.threads)
     quiet_logging()
     device = pick_device(args.device)
-    task = Task(args.vocab)
+    task = ToyTask.of_dictionary_size(args.vocab)
     pad = task.target_dictionary.pad()
     print(command_line())
     print(hardware_line(device))
@@ -178,11 +161,13 @@ def main(argv=None):
     print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
           f" {clock_note(args.clock)}")
 
+    options = dict(share_decoder_input_output_embed=True, **args.small)
+    fa, sa = architecture_args(args.fairseq_arch, **options), architecture_args(args.sret_arch, **options)
     torch.manual_seed(0)
     models = {}
-    models["fairseq transformer"], fa = build(args.fairseq_arch, task, **args.small)
-    models["sret"], sa = build(args.sret_arch, task, **args.small)
-    models["sret, no NLL"], _ = build(args.sret_arch, task, nll_ratio=0.0, **args.small)
+    models["fairseq transformer"] = build_model(args.fairseq_arch, task=task, **options)
+    models["sret"] = build_model(args.sret_arch, task=task, **options)
+    models["sret, no NLL"] = build_model(args.sret_arch, task=task, nll_ratio=0.0, **options)
     for m in models.values():
         m.to(device)
     apps = {

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from fairseq_sret.models import toy
 from fairseq_sret.toy_data import reversal_batch, reversal_pairs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,17 +74,10 @@ def parse_args(argv=None):
 
 def build_model(args, checkpoint: bool):
     """The fairseq sret_transformer for ``args``, and its dictionary."""
-    import fairseq_sret  # noqa: F401  (registers sret_transformer)
-    from fairseq.data import Dictionary
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-
-    class Task:
-        source_dictionary = target_dictionary = Dictionary()
-
-    for i in range(args.vocab):
-        Task.source_dictionary.add_symbol(f"w{i}")
+    task = toy.ToyTask(args.vocab)
     heads = max(1, args.width // 64)
-    ns = argparse.Namespace(
+    model = toy.build_model(
+        "sret_transformer_tiny", task=task,
         encoder_embed_dim=args.width, decoder_embed_dim=args.width,
         encoder_ffn_embed_dim=4 * args.width, decoder_ffn_embed_dim=4 * args.width,
         encoder_attention_heads=heads, decoder_attention_heads=heads,
@@ -92,9 +86,7 @@ def build_model(args, checkpoint: bool):
         encoder_groups=args.groups, nll_ratio=args.nll_ratio, no_lrc=False,
         share_all_embeddings=True, dropout=0.0, checkpoint_recursions=checkpoint,
     )
-    ARCH_CONFIG_REGISTRY["sret_transformer_tiny"](ns)
-    model = ARCH_MODEL_REGISTRY["sret_transformer_tiny"].build_model(ns, Task())
-    return model, Task.source_dictionary
+    return model, task.source_dictionary
 
 
 def sentence_pairs(args, seed):

@@ -6,15 +6,12 @@ Vocabularies as the recipes build them: IWSLT'14 joined 10K subwords (decoder in
 embeddings shared, as in the paper), WMT'14 joined 32K (all embeddings shared).
 """
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fairseq_sret  # noqa: E402,F401  (registers the architectures)
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
+from fairseq_sret.models.toy import ToyTask, architecture_args, build_model  # noqa: E402
 
 PAIRS = [
     # (ours, baseline, vocabulary, embedding sharing)
@@ -25,22 +22,14 @@ PAIRS = [
 ]
 
 
-class _Task:
-    def __init__(self, vocab):
-        d = Dictionary()
-        for i in range(vocab - len(d)):
-            d.add_symbol(f"tok{i}")
-        self.source_dictionary = self.target_dictionary = d
-
-
 def count(arch, vocab, share, **overrides):
-    args = argparse.Namespace(
+    options = dict(
         share_all_embeddings=share == "all",
         share_decoder_input_output_embed=share in ("all", "decoder"),
         **overrides,
     )
-    ARCH_CONFIG_REGISTRY[arch](args)
-    model = ARCH_MODEL_REGISTRY[arch].build_model(args, _Task(vocab))
+    args = architecture_args(arch, **options)
+    model = build_model(arch, task=ToyTask.of_dictionary_size(vocab), **options)
     total = sum(p.numel() for p in model.parameters())
     embed = model.encoder.embed_tokens.weight.numel()
     if model.decoder.embed_tokens is not model.encoder.embed_tokens:
