@@ -1,4 +1,4 @@
-"""Benchmark the sliced group attention (issue #6, item 1).
+"""Benchmark the sliced group attention.
 
     python -m benchmarks.bench_attention                       # CUDA if available, else CPU
     python -m benchmarks.bench_attention --device cpu --threads 2
@@ -12,7 +12,7 @@ Table 1, "G scaling": for every sequence length L and group count G,
     output projection), contiguous partition;
 forward+backward time (and forward time for the attention), the speed-up over G=1 measured
 in the same process, and the peak memory of one forward+backward above the inputs.
-Targets (issue #6): at L=1024, G=8 the attention runs >= 5x faster than G=1 on CUDA and
+Targets: at L=1024, G=8 the attention runs >= 5x faster than G=1 on CUDA and
 >= 4x on CPU.
 
 Table 2, "G=1 parity": our module with one group against ``F.scaled_dot_product_attention``

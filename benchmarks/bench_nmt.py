@@ -1,4 +1,4 @@
-"""Translation-model speed: sret_transformer against fairseq's transformer (issue #6, item 3).
+"""Translation-model speed: sret_transformer against fairseq's transformer.
 
     python -m benchmarks.bench_nmt                     # IWSLT'14 sizes, CPU
     python -m benchmarks.bench_nmt --threads 2 --batch 32 --src-len 30 --tgt-len 30
@@ -23,7 +23,7 @@ Generation: sentences/s of beam-5 ``fairseq.sequence_generator.SequenceGenerator
 in this one process, round-robin; ratios are over fairseq's model. Also printed: parameters,
 forward GFLOPs of the training batch (torch's flop counter) and the peak memory of one step
 (CPU: torch profiler allocations; CUDA: the allocator's peak).
-Targets (issue #6): training >= 0.95x, generation >= 0.90x of fairseq's speed.
+Targets: training >= 0.95x, generation >= 0.90x of fairseq's speed.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Theorem 1 of the paper, counted (issue #6, item 2).
+"""Theorem 1 of the paper, counted.
 
     python -m benchmarks.bench_theorem1            # L=1024, C=512, H=8; SReT-T per stage
     python -m benchmarks.bench_theorem1 --smoke

@@ -1,4 +1,4 @@
-"""Image classifier throughput: SReT against timm's DeiT and PiT (issue #6, item 4).
+"""Image classifier throughput: SReT against timm's DeiT and PiT.
 
     python -m benchmarks.bench_vision                                  # CUDA: bf16 autocast, batch 256 / 128
     python -m benchmarks.bench_vision --compile sret_t deit_tiny_patch16_224
@@ -26,7 +26,7 @@ named models; compilation time is printed, not timed.
 timm models (deit_tiny_patch16_224, deit_small_patch16_224, pit_ti_224, pit_s_224) are
 built with ``pretrained=False`` and measured when timm is importable; without timm only our
 models run. Ratios are images/s over the reference (``--reference``, default DeiT-T eager, or
-the first model when timm is missing). Targets (issue #6): SReT-T inference >= 1.0x and
+the first model when timm is missing). Targets: SReT-T inference >= 1.0x and
 training >= 0.8x DeiT-T images/s on the same GPU in the same run.
 """
 

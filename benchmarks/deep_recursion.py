@@ -1,4 +1,4 @@
-"""Extremely deep recursion: peak training memory and a short training run (issue #7).
+"""Extremely deep recursion: peak training memory and a short training run.
 
 Builds the fairseq ``sret_transformer`` (LRC on) with ``--unique-layers`` layers per side,
 each applied ``--recursions`` times: 5 unique layers x 100 recursions on the encoder and on

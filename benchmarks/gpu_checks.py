@@ -1,4 +1,4 @@
-"""Mixed-precision checks for the GPU machine (issue #7); pure PyTorch, no fairseq.
+"""Mixed-precision checks for the GPU machine; pure PyTorch, no fairseq.
 
 1. Attention precision: :class:`SlicedGroupAttention` under fp16 and bf16 autocast with
    attention logits up to ~75 (plain, grouped, padded, causal): the softmax must

@@ -1,4 +1,4 @@
-"""The benchmark scripts run end to end in their tiny --smoke settings (issue #6).
+"""The benchmarks run end to end in their tiny --smoke settings.
 
 Harness correctness only: exit status 0 and the expected table rows; no timing assertions.
 """

@@ -1,4 +1,4 @@
-"""Reduced precision (issue #7): bf16 autocast on CPU, the GPU fp16 check in smoke mode.
+"""Reduced precision: bf16 autocast on CPU, the GPU fp16 check in smoke mode.
 
 The GPU run itself (``python -m benchmarks.gpu_checks`` on CUDA: fp16 autocast + GradScaler, 100
 updates of the tiny arch) is recorded in docs/benchmarks.md.

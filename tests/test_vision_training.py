@@ -1,4 +1,4 @@
-"""Vision training pieces: soft distillation, schedule, data, and scripts/train_vision.py (issue #5)."""
+"""Vision training pieces: soft distillation, schedule, data, and scripts/train_vision.py."""
 
 import importlib.util
 import json
