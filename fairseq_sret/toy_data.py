@@ -1,32 +1,72 @@
-"""A generated toy translation corpus for tests and demos (no download, no fairseq).
+"""The reversal toy task: reverse the words of a random sentence and map ``w<i>`` to ``v<i>``.
 
-The task: reverse the source words and map ``w<i>`` to ``v<i>``. A tiny model learns it
-in a few hundred updates, so BLEU visibly rises over training.
+A tiny model learns it in a few hundred updates, so BLEU visibly rises over training. One
+generator of sentence pairs feeds both forms: text files for fairseq's tools (demos, tests)
+and token tensors for models trained without data files (benchmarks). Pure Python; torch is
+imported only by :func:`reversal_batch`; no fairseq.
 
 Usage: ``python -m fairseq_sret.toy_data OUT_DIR`` writes ``{train,valid,test}.{src,tgt}``.
 """
 
 import argparse
+import itertools
 import random
 from pathlib import Path
+from typing import Iterator, List, Sequence, Tuple
 
 SPLITS = (("train", 3000), ("valid", 80), ("test", 60))
 
+Pair = Tuple[List[int], List[int]]
 
-def write_reversal_corpus(folder, seed: int = 0, vocab: int = 24, max_len: int = 8) -> Path:
+
+def reversal_pairs(seed: int = 0, vocab_size: int = 24, lengths: Tuple[int, int] = (2, 8)) -> Iterator[Pair]:
+    """Endless (source, target) pairs of word indices below ``vocab_size``: a random sentence
+    of ``lengths[0]`` to ``lengths[1]`` words (both included) and the same words reversed."""
+    rng = random.Random(seed)
+    while True:
+        source = [rng.randrange(vocab_size) for _ in range(rng.randint(*lengths))]
+        yield source, source[::-1]
+
+
+def write_reversal_corpus(folder, splits: Sequence[Tuple[str, int]] = SPLITS, seed: int = 0,
+                          vocab_size: int = 24, lengths: Tuple[int, int] = (2, 8)) -> Path:
+    """Write ``{split}.src`` (words ``w<i>``) and ``{split}.tgt`` (``v<i>``) for every
+    (split, sentences) of ``splits``, the splits drawn one after the other from one seed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(vocab)]
-    for split, size in SPLITS:
-        src, tgt = [], []
-        for _ in range(size):
-            sentence = [rng.choice(words) for _ in range(rng.randint(2, max_len))]
-            src.append(" ".join(sentence))
-            tgt.append(" ".join(w.replace("w", "v") for w in reversed(sentence)))
-        (folder / f"{split}.src").write_text("\n".join(src) + "\n")
-        (folder / f"{split}.tgt").write_text("\n".join(tgt) + "\n")
+    pairs = reversal_pairs(seed, vocab_size, lengths)
+    for split, size in splits:
+        chosen = list(itertools.islice(pairs, size))
+        (folder / f"{split}.src").write_text("".join(_text(source, "w") for source, _ in chosen))
+        (folder / f"{split}.tgt").write_text("".join(_text(target, "v") for _, target in chosen))
     return folder
+
+
+def _text(indices: List[int], letter: str) -> str:
+    return " ".join(f"{letter}{i}" for i in indices) + "\n"
+
+
+def reversal_batch(pairs: Sequence[Pair], first_word: int, pad: int, eos: int):
+    """Token tensors of ``pairs`` in fairseq's layout, right-padded: ``(source, source_lengths,
+    prev_output_tokens, target)``, where source = words + eos, target = reversed words + eos
+    and prev_output_tokens = eos + reversed words.
+
+    Both sides share one vocabulary: word index ``i`` is token ``first_word + i``, standing
+    for ``w<i>`` in the source and ``v<i>`` in the target.
+    """
+    import torch
+
+    width = max(len(source) for source, _ in pairs) + 1
+    source = torch.full((len(pairs), width), pad, dtype=torch.long)
+    target = torch.full_like(source, pad)
+    prev = torch.full_like(source, pad)
+    for row, (words, reversed_words) in enumerate(pairs):
+        n = len(words) + 1
+        source[row, :n] = torch.tensor([first_word + i for i in words] + [eos])
+        target[row, :n] = torch.tensor([first_word + i for i in reversed_words] + [eos])
+        prev[row, :n] = torch.tensor([eos] + [first_word + i for i in reversed_words])
+    lengths = torch.tensor([len(words) + 1 for words, _ in pairs])
+    return source, lengths, prev, target
 
 
 def main():
@@ -34,7 +74,7 @@ def main():
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    folder = write_reversal_corpus(args.out_dir, args.seed)
+    folder = write_reversal_corpus(args.out_dir, seed=args.seed)
     print(f"wrote {', '.join(f'{s}.src/.tgt ({n} lines)' for s, n in SPLITS)} to {folder}")
 
 

@@ -1,11 +1,12 @@
 """Running fairseq's command-line tools on a small generated corpus (reliability tests)."""
 
 import os
-import random
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from fairseq_sret.toy_data import write_reversal_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -27,19 +28,8 @@ TRAIN = [
 
 
 def write_corpus(folder: Path, sizes=(("train", 200), ("valid", 20), ("test", 20)), seed=0) -> Path:
-    """Reverse the words and map w<i> -> v<i>; 2 to 8 words per sentence."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(16)]
-    for split, size in sizes:
-        src, tgt = [], []
-        for _ in range(size):
-            sentence = [rng.choice(words) for _ in range(rng.randint(2, 8))]
-            src.append(" ".join(sentence))
-            tgt.append(" ".join(w.replace("w", "v") for w in reversed(sentence)))
-        (folder / f"{split}.src").write_text("\n".join(src) + "\n")
-        (folder / f"{split}.tgt").write_text("\n".join(tgt) + "\n")
-    return folder
+    """A small reversal toy corpus: 16 words, 2 to 8 per sentence."""
+    return write_reversal_corpus(folder, sizes, seed=seed, vocab_size=16, lengths=(2, 8))
 
 
 def command(tool, *args):

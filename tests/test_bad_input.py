@@ -1,4 +1,4 @@
-"""Bad input (issue #7): invalid options, awkward interactive input, damaged checkpoints.
+"""Bad input: invalid options, awkward interactive input, damaged checkpoints.
 
 - Every invalid option combination in ``INVALID`` fails when the model is built - before
   the first update - with a ``ValueError`` naming the option; two of them go through

@@ -1,4 +1,4 @@
-"""Beam-search reordering of the cross-attention cache (issue #6's generation speed-up).
+"""Beam-search reordering of the cross-attention cache, which speeds up generation.
 
 Cross-attention keys/values are only reordered when the batch shrinks, like fairseq's own
 encoder-decoder attention; a beam search gives the same hypotheses and scores bit for bit.

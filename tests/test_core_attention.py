@@ -1,4 +1,4 @@
-"""Properties of the sliced group attention (issue #2, core 1)."""
+"""Properties of the sliced group attention."""
 
 import itertools
 

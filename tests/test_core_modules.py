@@ -1,4 +1,4 @@
-"""LRC, NLL, the shared block and the recursion wrapper (issue #2, core 2-4)."""
+"""LRC, NLL, the shared block and the recursion wrapper."""
 
 import pytest
 import torch

@@ -1,45 +1,34 @@
-"""Extremely deep recursion (issue #7), the CI-sized version of scripts/deep_recursion.py.
+"""Extremely deep recursion, the CI-sized version of benchmarks/deep_recursion.py.
 
 The 1000-layer run and its memory figures are in docs/benchmarks.md; here a 100-layer
 model (5 unique layers x 10 recursions per side) trains with finite, falling loss, and
 activation checkpointing keeps a step's memory near one application's activations.
 """
 
-import importlib.util
-
 import pytest
 import torch
 
-from cli_helpers import REPO
+from benchmarks import deep_recursion
 from nmt_helpers import SMALL, build
 
 pytestmark = pytest.mark.slow
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("deep_recursion", REPO / "scripts" / "deep_recursion.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 DEEP = ["--unique-layers", "5", "--recursions", "10", "--width", "32", "--batch", "4", "--length", "12"]
 
 
 def test_100_layer_model_trains_with_finite_falling_loss():
-    script = load_script()
-    args = script.parse_args([*DEEP, "--updates", "16", "--lr", "1e-3", "--checkpoint-recursions"])
-    result = script.train(args)
+    args = deep_recursion.parse_args([*DEEP, "--updates", "16", "--lr", "1e-3", "--checkpoint-recursions"])
+    result = deep_recursion.train(args)
     assert result["updates"] == 16
     assert result["finite"] and result["falling"], result["losses"]
 
 
 def test_checkpointing_keeps_step_memory_flat_in_depth():
-    script = load_script()
     peaks = {}
     for checkpoint in (False, True):
-        args = script.parse_args([*DEEP, "--recursions", "20"] + (["--checkpoint-recursions"] if checkpoint else []))
-        peaks[checkpoint] = script.measure_child(args)["torch_step_peak_mib"]
+        flags = ["--checkpoint-recursions"] if checkpoint else []
+        args = deep_recursion.parse_args([*DEEP, "--recursions", "20", *flags])
+        peaks[checkpoint] = deep_recursion.measure_child(args)["torch_step_peak_mib"]
     # without checkpointing every one of the 200 applications keeps its activations
     assert peaks[True] < 0.25 * peaks[False], peaks
 

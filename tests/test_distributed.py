@@ -1,4 +1,4 @@
-"""Data-parallel training through fairseq's own launcher, 2 CPU processes, gloo (issue #7).
+"""Data-parallel training through fairseq's own launcher, 2 CPU processes, gloo.
 
 Every shared layer is applied twice per step (and recomputed once more with
 ``--checkpoint-recursions``); with fairseq's default DDP backend and no extra flag, both

@@ -1,4 +1,4 @@
-"""Property fuzzing of the core modules over random configurations (issue #7).
+"""Property fuzzing of the core modules over random configurations.
 
 Every example draws: recursions 1-4, groups 1-8 per recursion, a partition mode per
 recursion, causal or not, sequence lengths 1-64, random left/right padding (every

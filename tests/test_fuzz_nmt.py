@@ -1,4 +1,4 @@
-"""Property fuzzing of the fairseq ``sret_transformer`` over random configurations (issue #7).
+"""Property fuzzing of the fairseq ``sret_transformer`` over random configurations.
 
 Each example draws recursions 1-4 and groups 1-8 per recursion for both sides, partition
 modes, LRC / NLL / post-LN / activation checkpointing on or off, 1-2 unique layers,

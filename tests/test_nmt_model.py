@@ -1,4 +1,4 @@
-"""sret_transformer as a fairseq model (issue #3): equivalence, decoding, configuration."""
+"""sret_transformer as a fairseq model: equivalence, decoding, configuration."""
 
 import itertools
 

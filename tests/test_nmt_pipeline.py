@@ -1,4 +1,4 @@
-"""The whole fairseq tool chain on generated data (issue #3): preprocess -> train ->
+"""The whole fairseq tool chain on generated data: preprocess -> train ->
 generate -> sacreBLEU -> interactive -> hub interface; resuming from a checkpoint."""
 
 import os

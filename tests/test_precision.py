@@ -1,36 +1,27 @@
-"""Reduced precision (issue #7): bf16 autocast on CPU, the GPU fp16 check in smoke mode.
+"""Reduced precision: bf16 autocast on CPU, the GPU fp16 check in smoke mode.
 
-The GPU run itself (``scripts/gpu_checks.py`` on CUDA: fp16 autocast + GradScaler, 100
+The GPU run itself (``python -m benchmarks.gpu_checks`` on CUDA: fp16 autocast + GradScaler, 100
 updates of the tiny arch) is recorded in docs/benchmarks.md.
 """
-
-import importlib.util
 
 import pytest
 import torch
 
-from cli_helpers import REPO
+from benchmarks import gpu_checks
 from nmt_helpers import SMALL, build
-
-
-def load_gpu_checks():
-    spec = importlib.util.spec_from_file_location("gpu_checks", REPO / "scripts" / "gpu_checks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_attention_softmax_stays_within_half_precision_rounding_under_cpu_autocast(dtype):
-    result = load_gpu_checks().attention_check(torch.device("cpu"), dtype, length=64)
+    result = gpu_checks.attention_check(torch.device("cpu"), dtype, length=64)
     assert result["ok"], result
     for name in ("plain", "grouped", "causal"):
         assert result[f"module_{name}"]["finite"] and result[f"module_{name}"]["dtype"] == str(dtype)[6:]
 
 
 def test_gpu_check_script_smoke_on_cpu():
-    assert load_gpu_checks().main(["--device", "cpu", "--updates", "3", "--batch", "4", "--width", "64",
-                                     "--attention-length", "16"]) == 0
+    assert gpu_checks.main(["--device", "cpu", "--updates", "3", "--batch", "4", "--width", "64",
+                            "--attention-length", "16"]) == 0
 
 
 @pytest.mark.parametrize("train", [False, True])

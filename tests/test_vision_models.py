@@ -1,4 +1,4 @@
-"""SReT and recursive MLP-Mixer image models (issue #5): structure, counts, resolutions."""
+"""SReT and recursive MLP-Mixer image models structure, counts, resolutions."""
 
 import pytest
 import torch
@@ -60,7 +60,7 @@ def test_sret_b_parameters_within_one_percent_of_paper():
 
 @pytest.mark.parametrize("name,kwargs,expected", OFFICIAL_MACS)
 def test_macs_match_official(name, kwargs, expected):
-    # the issue allows 3%; the counting rules are the official ones, so we match to 0.1%
+    # the counting rules are the official ones, so the counts match to 0.1%
     macs = count_macs(create_model(name, **kwargs))
     assert abs(macs - expected) / expected < 1e-3, macs
 

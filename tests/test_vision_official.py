@@ -1,4 +1,4 @@
-"""Official SReT checkpoints: key mapping and logit equivalence (issue #5).
+"""Official SReT checkpoints: key mapping and logit equivalence.
 
 Uses ../shared/fixtures/sret_official (official-format SReT-T checkpoint with random
 weights, the official implementation's eval logits for it, and the official key lists).

@@ -1,4 +1,4 @@
-"""Vision registry: timm registration and import without fairseq (issue #5)."""
+"""Vision registry: timm registration and import without fairseq."""
 
 import os
 import subprocess

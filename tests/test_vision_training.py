@@ -1,4 +1,4 @@
-"""Vision training pieces: soft distillation, schedule, data, and sret-train-vision (issue #5)."""
+"""Vision training pieces: soft distillation, schedule, data, and sret-train-vision."""
 
 import json
 import math

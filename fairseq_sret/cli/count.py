@@ -88,12 +88,15 @@ def count_vision(args, parser) -> list:
 
 def count_nmt_model(arch: str, vocab: int, share: str, **overrides):
     """(total parameters, parameters without embeddings, (encoder, decoder) layer applications)."""
-    from ..models.toy import build_model
+    from fairseq.models import ARCH_MODEL_REGISTRY
 
-    model, args = build_model(
-        arch, vocab_size=vocab, share_all_embeddings=share == "all",
-        share_decoder_input_output_embed=share in ("all", "decoder"), return_args=True, **overrides,
+    from ..models.toy import ToyTask, architecture_args
+
+    args = architecture_args(
+        arch, share_all_embeddings=share == "all", share_decoder_input_output_embed=share in ("all", "decoder"),
+        **overrides,
     )
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, ToyTask.of_dictionary_size(vocab))
     total = sum(p.numel() for p in model.parameters())
     embed = model.encoder.embed_tokens.weight.numel()
     if model.decoder.embed_tokens is not model.encoder.embed_tokens:

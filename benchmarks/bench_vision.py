@@ -1,10 +1,9 @@
-#!/usr/bin/env python
-"""Image classifier throughput: SReT against timm's DeiT and PiT (issue #6, item 4).
+"""Image classifier throughput: SReT against timm's DeiT and PiT.
 
-    python scripts/bench_vision.py                                  # CUDA: bf16 autocast, batch 256 / 128
-    python scripts/bench_vision.py --compile sret_t deit_tiny_patch16_224
-    python scripts/bench_vision.py --device cpu --batch-infer 16 --batch-train 8 --models sret_t sret_tl sret_s
-    python scripts/bench_vision.py --smoke                          # tiny, seconds (harness check)
+    python -m benchmarks.bench_vision                                  # CUDA: bf16 autocast, batch 256 / 128
+    python -m benchmarks.bench_vision --compile sret_t deit_tiny_patch16_224
+    python -m benchmarks.bench_vision --device cpu --batch-infer 16 --batch-train 8 --models sret_t sret_tl sret_s
+    python -m benchmarks.bench_vision --smoke                          # tiny, seconds (harness check)
 
 Two modes, each measured for every model and variant in this one process (round-robin
 rounds, median): ``infer`` (``torch.no_grad``, batch ``--batch-infer``) and ``train`` (one
@@ -14,8 +13,6 @@ device: this measures the model, not a data pipeline.
 
 Variants (``--variants``, each applied to every model; timm models too, so that the
 comparison is like for like):
-  legacy  (``--legacy MODEL ...``, ours only) eager with the code paths from before issue
-          #6's optimizations, see scripts/_legacy_sret.py: the before/after of that work
   eager   the model as built (NCHW)
   cl      channels-last memory format (model and input)
   graph   cl + the whole inference forward captured in a CUDA graph (CUDA, infer only):
@@ -29,7 +26,7 @@ named models; compilation time is printed, not timed.
 timm models (deit_tiny_patch16_224, deit_small_patch16_224, pit_ti_224, pit_s_224) are
 built with ``pretrained=False`` and measured when timm is importable; without timm only our
 models run. Ratios are images/s over the reference (``--reference``, default DeiT-T eager, or
-the first model when timm is missing). Targets (issue #6): SReT-T inference >= 1.0x and
+the first model when timm is missing). Targets: SReT-T inference >= 1.0x and
 training >= 0.8x DeiT-T images/s on the same GPU in the same run.
 """
 
@@ -40,7 +37,7 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-from _bench_common import (
+from benchmarks.common import (
     clock_fn, clock_note, command_line, default_clock, fmt_ratio, hardware_line, median, mib, peak_memory,
     pick_device, print_table, profile_table, quiet_logging, set_threads, sync,
 )
@@ -61,9 +58,6 @@ def parse_args(argv=None):
     p.add_argument("--variants", nargs="+", choices=["eager", "cl", "graph"], default=["eager", "cl"])
     p.add_argument("--timm-variants", nargs="+", choices=["eager", "cl", "graph"], default=None,
                    help="variants of the timm models (default: --variants)")
-    p.add_argument("--legacy", nargs="*", default=[], metavar="MODEL",
-                   help="our models that also get a 'legacy' variant: NCHW eager with the code paths from"
-                        " before issue #6's optimizations (scripts/_legacy_sret.py)")
     p.add_argument("--profile", nargs="*", default=[], metavar="MODEL[:VARIANT]",
                    help="print a torch.profiler table of these models (eager unless :VARIANT is given)")
     p.add_argument("--compile", nargs="*", default=[], metavar="MODEL",
@@ -95,7 +89,6 @@ def parse_args(argv=None):
     if args.smoke:
         args.device = "cpu" if args.device == "auto" else args.device
         args.models = ["sret_t", "deit_tiny_patch16_224"]
-        args.legacy = args.legacy or ["sret_t"]
         args.batch_infer, args.batch_train, args.img_size = 2, 2, 64
         args.warmup, args.iters, args.rounds = 1, 1, 1
     return args
@@ -144,10 +137,6 @@ class Variant:
         args, device = self.args, self.device
         torch.manual_seed(0)
         model = build(self.name, args.img_size).to(device)
-        if self.variant == "legacy":
-            from _legacy_sret import patch_legacy
-
-            patch_legacy(model)
         self.params = sum(p.numel() for p in model.parameters())
         batch = args.batch_infer if self.mode == "infer" else args.batch_train
         x = torch.randn(batch, 3, args.img_size, args.img_size, device=device)
@@ -227,8 +216,6 @@ def run_mode(mode, args, device, dtype, deadline):
     variants = []
     for name in args.models:
         names = args.variants if is_model(name) or args.timm_variants is None else args.timm_variants
-        if name in args.legacy:
-            names = ["legacy"] + [n for n in names if n != "legacy"]
         for variant in names:
             if variant == "graph" and (device.type != "cuda" or mode != "infer"):
                 continue
@@ -340,7 +327,6 @@ def main(argv=None):
     missing = [m for m in args.models if not is_model(m) and not have_timm]
     args.models = [m for m in args.models if m not in missing]
     args.compile = [m for m in args.compile if m == "all" or m in args.models]
-    args.legacy = [m for m in args.legacy if m in args.models and is_model(m)]
     print(command_line())
     print(hardware_line(device))
     if have_timm:

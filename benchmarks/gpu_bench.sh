@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The prepared GPU benchmark run of issue #6: items 1 (attention), 2 (Theorem 1 FLOPs) and
-# 4 (vision throughput vs timm), plus scripts/gpu_checks.py when present. Needs torch (and
-# timm for the baselines); never imports fairseq. Writes at most 8 logs to $OUT.
+# The prepared GPU benchmark run: the fp16 checks (gpu_checks), sliced attention, Theorem 1
+# FLOPs and vision throughput against timm, each as `python -m benchmarks.NAME` from the
+# repository root. Needs torch (and timm for the baselines); never imports fairseq. Writes at
+# most 8 logs to $OUT.
 #
-#   OUT=/some/dir bash scripts/gpu_bench.sh          # on the GPU machine, from anywhere
-#   SMOKE=1 OUT=/tmp/x bash scripts/gpu_bench.sh     # CPU dry run of the same steps, tiny sizes
+#   OUT=/some/dir bash benchmarks/gpu_bench.sh       # on the GPU machine, from anywhere
+#   SMOKE=1 OUT=/tmp/x bash benchmarks/gpu_bench.sh  # CPU dry run of the same steps, tiny sizes
 #   GPU_BENCH_STEPS="attention theorem1" ...         # only these steps
 #   GRAPH_VARIANT=1 ...                               # also the CUDA-graph variant, last (experimental)
 #
@@ -15,8 +16,7 @@
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+cd "$repo"  # `python -m` finds benchmarks/ and fairseq_sret/ here
 export PYTHONUNBUFFERED=1
 OUT="${OUT:?set OUT to the folder for the logs}"
 mkdir -p "$OUT"
@@ -78,7 +78,7 @@ if [[ "$SMOKE" == 1 ]]; then
 else
     S=(); DEV=(--device cuda)
     VISION=(--models sret_t deit_tiny_patch16_224 sret_tl sret_s deit_small_patch16_224 pit_ti_224 pit_s_224
-            --variants eager cl --timm-variants eager --legacy sret_t --warmup 3 --iters 10 --rounds 3
+            --variants eager cl --timm-variants eager --warmup 3 --iters 10 --rounds 3
             --time-budget 90 --profile sret_t deit_tiny_patch16_224)
     # No `graph` variant: in the first device run (H100, torch 2.11) both vision steps died
     # with "CUDA error: an illegal memory access" once CUDA-graph variants had been
@@ -93,21 +93,19 @@ else
              --warmup 3 --iters 10 --rounds 3 --compile-estimate 40 90)
 fi
 
-if [[ -f scripts/gpu_checks.py ]]; then  # issue #7's fp16 checks (another engineer's script)
-    if [[ "$SMOKE" == 1 ]]; then
-        step gpu_checks 75 "$PY" scripts/gpu_checks.py --device cpu --updates 3 --batch 8
-    else
-        step gpu_checks 75 "$PY" scripts/gpu_checks.py
-    fi
+if [[ "$SMOKE" == 1 ]]; then
+    step gpu_checks 75 "$PY" -m benchmarks.gpu_checks --device cpu --updates 3 --batch 8
+else
+    step gpu_checks 75 "$PY" -m benchmarks.gpu_checks
 fi
-step attention 75 "$PY" scripts/bench_attention.py "${DEV[@]}" "${S[@]}"
-step theorem1 40 "$PY" scripts/bench_theorem1.py "${DEV[@]}" "${S[@]}"
-step vision 150 "$PY" scripts/bench_vision.py "${VISION[@]}" "${DEV[@]}"
+step attention 75 "$PY" -m benchmarks.bench_attention "${DEV[@]}" "${S[@]}"
+step theorem1 40 "$PY" -m benchmarks.bench_theorem1 "${DEV[@]}" "${S[@]}"
+step vision 150 "$PY" -m benchmarks.bench_vision "${VISION[@]}" "${DEV[@]}"
 if (( ${#COMPILE[@]} )); then
     # the python budget (compile variants that would not fit are skipped) sits inside the timeout
-    step vision_compile 400 "$PY" scripts/bench_vision.py "${COMPILE[@]}" "${DEV[@]}" --time-budget $(( $(left) - 30 ))
+    step vision_compile 400 "$PY" -m benchmarks.bench_vision "${COMPILE[@]}" "${DEV[@]}" --time-budget $(( $(left) - 30 ))
 fi
 if (( ${#GRAPH[@]} )); then
-    step vision_graph 70 "$PY" scripts/bench_vision.py "${GRAPH[@]}" "${DEV[@]}"
+    step vision_graph 70 "$PY" -m benchmarks.bench_vision "${GRAPH[@]}" "${DEV[@]}"
 fi
 echo "done in $(( SECONDS - start ))s" | tee -a "$summary"

@@ -1,9 +1,8 @@
-#!/usr/bin/env python
-"""Benchmark the sliced group attention (issue #6, item 1).
+"""Benchmark the sliced group attention.
 
-    python scripts/bench_attention.py                       # CUDA if available, else CPU
-    python scripts/bench_attention.py --device cpu --threads 2
-    python scripts/bench_attention.py --smoke               # tiny sizes, seconds (CI)
+    python -m benchmarks.bench_attention                       # CUDA if available, else CPU
+    python -m benchmarks.bench_attention --device cpu --threads 2
+    python -m benchmarks.bench_attention --smoke               # tiny sizes, seconds (CI)
 
 Table 1, "G scaling": for every sequence length L and group count G,
   * attention only: ``F.scaled_dot_product_attention`` on the grouped queries, keys and
@@ -13,7 +12,7 @@ Table 1, "G scaling": for every sequence length L and group count G,
     output projection), contiguous partition;
 forward+backward time (and forward time for the attention), the speed-up over G=1 measured
 in the same process, and the peak memory of one forward+backward above the inputs.
-Targets (issue #6): at L=1024, G=8 the attention runs >= 5x faster than G=1 on CUDA and
+Targets: at L=1024, G=8 the attention runs >= 5x faster than G=1 on CUDA and
 >= 4x on CPU.
 
 Table 2, "G=1 parity": our module with one group against ``F.scaled_dot_product_attention``
@@ -32,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from _bench_common import (
+from benchmarks.common import (
     clock_note, command_line, default_clock, fmt_ratio, hardware_line, measure, median, mib, peak_memory,
     pick_device, print_table, quiet_logging, set_threads,
 )

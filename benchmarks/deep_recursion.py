@@ -1,9 +1,9 @@
-"""Extremely deep recursion: peak training memory and a short training run (issue #7).
+"""Extremely deep recursion: peak training memory and a short training run.
 
 Builds the fairseq ``sret_transformer`` (LRC on) with ``--unique-layers`` layers per side,
 each applied ``--recursions`` times: 5 unique layers x 100 recursions on the encoder and on
 the decoder = 10 unique layers, 1000 layer applications. Training data are generated:
-random token sequences whose target is the reversed source.
+sentences of the reversal toy task (:mod:`fairseq_sret.toy_data`), ``--length`` tokens each.
 
 Memory (``--memory``): each setting (``--checkpoint-recursions`` off, then on) runs in a
 fresh child process that builds the model, takes one warm-up training step (so Adam's
@@ -24,15 +24,15 @@ below the first ten.
 
 Examples::
 
-    OMP_NUM_THREADS=2 python scripts/deep_recursion.py --memory            # 1000 layers
-    OMP_NUM_THREADS=2 python scripts/deep_recursion.py --updates 50 --checkpoint-recursions
-    python scripts/deep_recursion.py --unique-layers 2 --recursions 5 --width 32 --updates 3
+    OMP_NUM_THREADS=2 python -m benchmarks.deep_recursion --memory            # 1000 layers
+    OMP_NUM_THREADS=2 python -m benchmarks.deep_recursion --updates 50 --checkpoint-recursions
+    python -m benchmarks.deep_recursion --unique-layers 2 --recursions 5 --width 32 --updates 3
 """
 
 import argparse
+import itertools
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -41,7 +41,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fairseq_sret.models import toy
+from fairseq_sret.toy_data import reversal_batch, reversal_pairs
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv=None):
@@ -70,17 +73,10 @@ def parse_args(argv=None):
 
 def build_model(args, checkpoint: bool):
     """The fairseq sret_transformer for ``args``, and its dictionary."""
-    import fairseq_sret.models  # noqa: F401  (registers sret_transformer)
-    from fairseq.data import Dictionary
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-
-    class Task:
-        source_dictionary = target_dictionary = Dictionary()
-
-    for i in range(args.vocab):
-        Task.source_dictionary.add_symbol(f"w{i}")
+    task = toy.ToyTask(args.vocab)
     heads = max(1, args.width // 64)
-    ns = argparse.Namespace(
+    model = toy.build_model(
+        "sret_transformer_tiny", task=task,
         encoder_embed_dim=args.width, decoder_embed_dim=args.width,
         encoder_ffn_embed_dim=4 * args.width, decoder_ffn_embed_dim=4 * args.width,
         encoder_attention_heads=heads, decoder_attention_heads=heads,
@@ -89,20 +85,18 @@ def build_model(args, checkpoint: bool):
         encoder_groups=args.groups, nll_ratio=args.nll_ratio, no_lrc=False,
         share_all_embeddings=True, dropout=0.0, checkpoint_recursions=checkpoint,
     )
-    ARCH_CONFIG_REGISTRY["sret_transformer_tiny"](ns)
-    model = ARCH_MODEL_REGISTRY["sret_transformer_tiny"].build_model(ns, Task())
-    return model, Task.source_dictionary
+    return model, task.source_dictionary
 
 
-def make_batch(d, args, generator):
-    """Reversal task: src = w_1 .. w_n </s>, target = w_n .. w_1 </s> (teacher forcing)."""
-    words = torch.randint(d.nspecial, len(d), (args.batch, args.length - 1), generator=generator)
-    eos = torch.full((args.batch, 1), d.eos())
-    src = torch.cat([words, eos], 1)
-    target = torch.cat([words.flip(1), eos], 1)
-    prev = torch.cat([eos, words.flip(1)], 1)
-    lengths = torch.full((args.batch,), args.length)
-    return src, lengths, prev, target
+def sentence_pairs(args, seed):
+    """Endless reversal pairs of ``--length - 1`` words (plus EOS: ``--length`` tokens)."""
+    return reversal_pairs(seed, vocab_size=args.vocab, lengths=(args.length - 1, args.length - 1))
+
+
+def make_batch(d, args, pairs):
+    """src = w_1 .. w_n </s>, target = w_n .. w_1 </s>, prev = </s> w_n .. w_1 (teacher forcing)."""
+    chosen = list(itertools.islice(pairs, args.batch))
+    return reversal_batch(chosen, first_word=d.nspecial, pad=d.pad(), eos=d.eos())
 
 
 def train_step(model, optimizer, batch):
@@ -156,14 +150,14 @@ def measure_child(args) -> dict:
     model, d = build_model(args, args.checkpoint_recursions)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    g = torch.Generator().manual_seed(args.seed)
+    pairs = sentence_pairs(args, args.seed)
     start = time.time()
-    train_step(model, optimizer, make_batch(d, args, g))
+    train_step(model, optimizer, make_batch(d, args, pairs))
     warmup_s = time.time() - start
     result = {"checkpoint_recursions": args.checkpoint_recursions, "parameters": n_params(model),
               "step_seconds_warmup": round(warmup_s, 1)}
     try:
-        batch = make_batch(d, args, g)
+        batch = make_batch(d, args, pairs)
         _malloc_trim()
         rss_before = _rss_kib("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM (Linux >= 4.0)
@@ -175,7 +169,7 @@ def measure_child(args) -> dict:
         pass
     from torch.profiler import ProfilerActivity, profile
 
-    batch = make_batch(d, args, g)
+    batch = make_batch(d, args, pairs)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         train_step(model, optimizer, batch)
     result["torch_step_peak_mib"] = round(_profiler_peak_bytes(prof) / 2**20, 1)
@@ -187,10 +181,10 @@ def measure_child(args) -> dict:
 def measure_memory(args) -> list:
     results = []
     for checkpoint in (False, True):
-        cmd = [sys.executable, __file__, "--child-memory", *_forward_args(args)]
+        cmd = [sys.executable, "-m", "benchmarks.deep_recursion", "--child-memory", *_forward_args(args)]
         if checkpoint:
             cmd.append("--checkpoint-recursions")
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"memory child failed:\n{out.stderr[-3000:]}")
         result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -214,12 +208,12 @@ def train(args) -> dict:
     model, d = build_model(args, args.checkpoint_recursions)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98))
-    g = torch.Generator().manual_seed(args.seed + 1)
+    pairs = sentence_pairs(args, args.seed + 1)
     losses, start = [], time.time()
     print(f"training {args.updates} updates: {2 * args.unique_layers * args.recursions} layer"
           f" applications, {n_params(model):,} parameters", flush=True)
     for update in range(1, args.updates + 1):
-        losses.append(train_step(model, optimizer, make_batch(d, args, g)))
+        losses.append(train_step(model, optimizer, make_batch(d, args, pairs)))
         elapsed = time.time() - start
         print(f"update {update:4d}  loss {losses[-1]:.4f}  {elapsed:7.1f}s", flush=True)
         if args.time_limit and elapsed > args.time_limit and update < args.updates:

@@ -1,4 +1,4 @@
-"""Shared helpers of the benchmark scripts (scripts/bench_*.py): hardware line, interleaved
+"""Shared helpers of the benchmarks (benchmarks/bench_*.py): hardware line, interleaved
 timing, peak memory and markdown tables.
 
 Timing rule of every benchmark here: the variants that are compared are measured in the
@@ -16,11 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
+import torch
 
 
 def pick_device(name: Optional[str]) -> torch.device:
@@ -177,8 +173,9 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[obje
 
 def command_line() -> str:
     """The command that produced the output, for the docs."""
-    args = " ".join(sys.argv[1:])
-    return f"command: python {os.path.relpath(sys.argv[0], os.getcwd())} {args}".rstrip()
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    program = f"-m {spec.name}" if spec is not None else os.path.relpath(sys.argv[0], os.getcwd())
+    return f"command: python {program} {' '.join(sys.argv[1:])}".rstrip()
 
 
 def quiet_logging() -> None:

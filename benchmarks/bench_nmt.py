@@ -1,9 +1,8 @@
-#!/usr/bin/env python
-"""Translation-model speed: sret_transformer against fairseq's transformer (issue #6, item 3).
+"""Translation-model speed: sret_transformer against fairseq's transformer.
 
-    python scripts/bench_nmt.py                     # IWSLT'14 sizes, CPU
-    python scripts/bench_nmt.py --threads 2 --batch 32 --src-len 30 --tgt-len 30
-    python scripts/bench_nmt.py --smoke             # tiny, seconds (harness check)
+    python -m benchmarks.bench_nmt                     # IWSLT'14 sizes, CPU
+    python -m benchmarks.bench_nmt --threads 2 --batch 32 --src-len 30 --tgt-len 30
+    python -m benchmarks.bench_nmt --smoke             # tiny, seconds (harness check)
 
 Models are built through fairseq's model registry with the same width, heads, FFN size and
 vocabulary (joined 10K, decoder input/output embeddings shared, as in the README's table):
@@ -24,7 +23,7 @@ Generation: sentences/s of beam-5 ``fairseq.sequence_generator.SequenceGenerator
 in this one process, round-robin; ratios are over fairseq's model. Also printed: parameters,
 forward GFLOPs of the training batch (torch's flop counter) and the peak memory of one step
 (CPU: torch profiler allocations; CUDA: the allocator's peak).
-Targets (issue #6): training >= 0.95x, generation >= 0.90x of fairseq's speed.
+Targets: training >= 0.95x, generation >= 0.90x of fairseq's speed.
 """
 
 import argparse
@@ -33,32 +32,15 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from _bench_common import (
+from benchmarks.common import (
     clock_note, command_line, default_clock, flop_counter, fmt_ratio, hardware_line, measure, median, mib,
     peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads,
 )
-
-import fairseq_sret.models  # noqa: F401,E402  (registers sret_transformer)
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
-from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator
+from fairseq_sret.models.toy import ToyTask, architecture_args, build_model
 
 TARGETS = {"train": 0.95, "generate": 0.90}
 warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
-
-
-class Task:
-    def __init__(self, vocab):
-        d = Dictionary()
-        for i in range(vocab - len(d)):
-            d.add_symbol(f"tok{i}")
-        self.source_dictionary = self.target_dictionary = d
-
-
-def build(arch, task, **overrides):
-    args = argparse.Namespace(share_decoder_input_output_embed=True, **overrides)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task), args
 
 
 def parse_args(argv=None):
@@ -171,7 +153,7 @@ def main(argv=None):
     set_threads(args.threads)
     quiet_logging()
     device = pick_device(args.device)
-    task = Task(args.vocab)
+    task = ToyTask.of_dictionary_size(args.vocab)
     pad = task.target_dictionary.pad()
     print(command_line())
     print(hardware_line(device))
@@ -179,11 +161,13 @@ def main(argv=None):
     print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
           f" {clock_note(args.clock)}")
 
+    options = dict(share_decoder_input_output_embed=True, **args.small)
+    fa, sa = architecture_args(args.fairseq_arch, **options), architecture_args(args.sret_arch, **options)
     torch.manual_seed(0)
     models = {}
-    models["fairseq transformer"], fa = build(args.fairseq_arch, task, **args.small)
-    models["sret"], sa = build(args.sret_arch, task, **args.small)
-    models["sret, no NLL"], _ = build(args.sret_arch, task, nll_ratio=0.0, **args.small)
+    models["fairseq transformer"] = build_model(args.fairseq_arch, task=task, **options)
+    models["sret"] = build_model(args.sret_arch, task=task, **options)
+    models["sret, no NLL"] = build_model(args.sret_arch, task=task, nll_ratio=0.0, **options)
     for m in models.values():
         m.to(device)
     apps = {

@@ -1,8 +1,7 @@
-#!/usr/bin/env python
-"""Theorem 1 of the paper, counted (issue #6, item 2).
+"""Theorem 1 of the paper, counted.
 
-    python scripts/bench_theorem1.py            # L=1024, C=512, H=8; SReT-T per stage
-    python scripts/bench_theorem1.py --smoke
+    python -m benchmarks.bench_theorem1            # L=1024, C=512, H=8; SReT-T per stage
+    python -m benchmarks.bench_theorem1 --smoke
 
 Paper (Sec. 4, Theorem 1): the attention complexity of N recursions with G groups is
 C_G-SA = N/G x C_V-SA (one global attention); equal when N = G. We count the FLOPs of the
@@ -28,7 +27,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from _bench_common import command_line, hardware_line, pick_device, print_table, quiet_logging
+from benchmarks.common import command_line, hardware_line, pick_device, print_table, quiet_logging
 from fairseq_sret.core import SlicedGroupAttention
 
 aten = torch.ops.aten

@@ -1,4 +1,4 @@
-"""Mixed-precision checks for the GPU machine (issue #7); pure PyTorch, no fairseq.
+"""Mixed-precision checks for the GPU machine; pure PyTorch, no fairseq.
 
 1. Attention precision: :class:`SlicedGroupAttention` under fp16 and bf16 autocast with
    attention logits up to ~75 (plain, grouped, padded, causal): the softmax must
@@ -14,11 +14,12 @@
 Exit status 0 when no forward loss is non-finite, no step was skipped and the attention
 errors stay within half-precision rounding.
 
-    python scripts/gpu_checks.py                      # the GPU check: cuda, fp16, 100 updates
-    python scripts/gpu_checks.py --device cpu --updates 3 --batch 8   # smoke test
+    python -m benchmarks.gpu_checks                      # the GPU check: cuda, fp16, 100 updates
+    python -m benchmarks.gpu_checks --device cpu --updates 3 --batch 8   # smoke test
 """
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -29,9 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock  # noqa: E402
+from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
+from fairseq_sret.toy_data import reversal_batch, reversal_pairs
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -79,26 +79,19 @@ class TinySReTSeq2Seq(nn.Module):
         return F.linear(self.decoder_norm(y), self.embed.weight)
 
 
-def reversal_batch(batch, length, vocab, device, generator):
-    """src: random words (right-padded to ``length``), target: the words reversed + eos."""
-    pad, eos = 0, 1
-    lengths = torch.randint(length // 2, length, (batch,), generator=generator)
-    words = torch.randint(2, vocab, (batch, length), generator=generator)
-    pos = torch.arange(length)
-    src_pad = pos[None, :] >= lengths[:, None]
-    src = words.masked_fill(src_pad, pad)
-    target = torch.full((batch, length + 1), pad)
-    for b in range(batch):
-        n = int(lengths[b])
-        target[b, :n] = words[b, :n].flip(0)
-        target[b, n] = eos
-    prev = torch.cat([torch.full((batch, 1), eos), target[:, :-1]], dim=1)
-    return [t.to(device) for t in (src, src_pad, prev, target)]
+PAD, EOS, FIRST_WORD = 0, 1, 2  # token ids: padding, end of sentence, then the words up to --vocab
+
+
+def reversal_training_batch(pairs, batch, device):
+    """``batch`` reversal pairs as (src, src_pad, prev, target), right-padded with PAD."""
+    src, _, prev, target = reversal_batch(list(itertools.islice(pairs, batch)), FIRST_WORD, PAD, EOS)
+    return [t.to(device) for t in (src, src.eq(PAD), prev, target)]
 
 
 def train(args, device, dtype) -> dict:
     torch.manual_seed(args.seed)
-    g = torch.Generator().manual_seed(args.seed)
+    words = (args.length // 2, args.length - 1)  # per sentence; with EOS at most --length tokens
+    pairs = reversal_pairs(args.seed, vocab_size=args.vocab - FIRST_WORD, lengths=words)
     model = TinySReTSeq2Seq(args.vocab, width=args.width, ffn=4 * args.width, heads=max(1, args.width // 64)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
     use_scaler = dtype == torch.float16
@@ -109,11 +102,11 @@ def train(args, device, dtype) -> dict:
         lr = args.lr * min(1.0, update / args.warmup)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        src, src_pad, prev, target = reversal_batch(args.batch, args.length, args.vocab, device, g)
+        src, src_pad, prev, target = reversal_training_batch(pairs, args.batch, device)
         with torch.autocast(device.type, dtype=dtype):
             logits = model(src, src_pad, prev)
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1),
-                                   ignore_index=0, label_smoothing=0.1)
+                                   ignore_index=PAD, label_smoothing=0.1)
         if not torch.isfinite(loss):
             nonfinite.append(update)
         optimizer.zero_grad(set_to_none=True)
