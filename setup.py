@@ -23,7 +23,7 @@ setup(
     extras_require={
         "test": ["pytest", "hypothesis", "pillow"],
         "plot": ["matplotlib"],
-        # image loading for scripts/train_vision.py (no torchvision needed)
+        # image loading for sret-train-vision (no torchvision needed)
         "vision": ["pillow"],
     },
     entry_points={

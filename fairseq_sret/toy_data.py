@@ -5,11 +5,13 @@ generator of sentence pairs feeds both forms: text files for fairseq's tools (de
 and token tensors for models trained without data files (benchmarks). Pure Python; torch is
 imported only by :func:`reversal_batch`; no fairseq.
 
-Usage: ``python -m fairseq_sret.toy_data OUT_DIR`` writes ``{train,valid,test}.{src,tgt}``.
+Usage: ``sret-toy-data OUT_DIR`` (or ``python -m fairseq_sret.toy_data OUT_DIR``) writes
+``{train,valid,test}.{src,tgt}``.
 """
 
 import argparse
 import itertools
+import sys
 import random
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
@@ -69,14 +71,19 @@ def reversal_batch(pairs: Sequence[Pair], first_word: int, pad: int, eos: int):
     return source, lengths, prev, target
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sret-toy-data", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write the reversal toy corpus (reverse the words, map w<i> to v<i>) as"
+                    " {train,valid,test}.{src,tgt} for fairseq-preprocess.\n\n  sret-toy-data data/toy",
+    )
+    parser.add_argument("out_dir", help="folder to write the split files to")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    args = parser.parse_args(argv)
     folder = write_reversal_corpus(args.out_dir, seed=args.seed)
     print(f"wrote {', '.join(f'{s}.src/.tgt ({n} lines)' for s, n in SPLITS)} to {folder}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

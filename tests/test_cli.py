@@ -1,6 +1,7 @@
 """The user commands: installed as console entry points and runnable with python -m, each
 with a --help that says what it does and shows an example."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ def test_command_and_module_print_help_with_an_example(command, module):
     as_module = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr
     assert as_module.returncode == 0, as_module.stderr
-    assert f"\n  {command} " in installed.stdout, installed.stdout  # an indented example line
+    assert re.search(rf"\n +{command} \S", installed.stdout), installed.stdout  # an indented example line
     assert installed.stdout.splitlines()[0].startswith(f"usage: {command}")
 
 

@@ -4,7 +4,7 @@ Each recipe reads the official files (downloaded, or a local folder holding the 
 files), reproduces the literature's preprocessing in Python (sacremoses for the Moses
 scripts, SentencePiece for subwords) and writes a fairseq data-bin with a joined
 dictionary, the text it was built from (``text/``) and ``sret_data.json``, which tells
-``scripts/evaluate.py`` how to score the model's output.
+``sret-evaluate`` how to score the model's output.
 
 Nothing here imports fairseq at module import time; binarisation runs
 ``fairseq_cli.preprocess`` in a subprocess.

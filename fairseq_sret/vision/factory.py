@@ -36,7 +36,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint_path: Optional[
     if pretrained and checkpoint_path is None:
         raise ValueError(
             "no downloadable weights are bundled; pass checkpoint_path= (an official SReT"
-            " checkpoint or one saved by scripts/train_vision.py)"
+            " checkpoint or one saved by sret-train-vision)"
         )
     for key in _TIMM_ONLY_KWARGS:
         kwargs.pop(key, None)

@@ -376,7 +376,7 @@ def sret_b_wo_slice(**kwargs) -> SReT:
 
 # Distilled (and fine-tuned) models have the architecture of their base model; the names
 # identify checkpoints trained with soft distillation (``--teacher-*`` in
-# scripts/train_vision.py) and, with a resolution suffix, fine-tuned at that resolution.
+# sret-train-vision) and, with a resolution suffix, fine-tuned at that resolution.
 _VARIANTS = {
     "sret_t_distill": (sret_t, {}),
     "sret_tl_distill": (sret_tl, {}),

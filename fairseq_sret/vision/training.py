@@ -1,4 +1,4 @@
-"""Training helpers for the vision models (used by scripts/train_vision.py)."""
+"""Training helpers for the vision models (used by sret-train-vision)."""
 
 import math
 from typing import Dict, List, Sequence

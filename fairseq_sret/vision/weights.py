@@ -135,7 +135,7 @@ def load_checkpoint(
 ) -> nn.Module:
     """Load weights (a path or a loaded dict) into ``model``, official format or ours.
 
-    Accepts ``{'model': state_dict}`` (official SReT and scripts/train_vision.py),
+    Accepts ``{'model': state_dict}`` (official SReT and sret-train-vision),
     ``{'state_dict': ...}`` or a bare state dict; strips a DDP ``module.`` prefix.
     Official SReT checkpoints are renamed with :func:`convert_official_state_dict`. A
     position embedding made at another resolution is interpolated (bicubic) to the
