@@ -124,29 +124,6 @@ def test_beam_search_is_independent_of_batch_order(groups):
     assert alone == straight
 
 
-@pytest.mark.parametrize(
-    "overrides,option",
-    [
-        (dict(encoder_recursions=2, encoder_groups="2,2,2"), "--encoder-groups"),
-        (dict(decoder_recursions=3, decoder_groups="1,2"), "--decoder-groups"),
-        (dict(encoder_groups="0"), "--encoder-groups"),
-        (dict(encoder_groups="two"), "--encoder-groups"),
-        (dict(encoder_recursions=0), "--encoder-recursions"),
-        (dict(decoder_recursions=-1), "--decoder-recursions"),
-        (dict(encoder_partition="shuffle"), "--encoder-partition"),
-        (dict(decoder_groups="2", decoder_partition="contiguous"), "--decoder-partition"),
-        (dict(encoder_attention_heads=5), "--encoder-attention-heads"),
-        (dict(decoder_attention_heads=3), "--decoder-attention-heads"),
-        (dict(nll_ratio=-0.5), "--nll-ratio"),
-        (dict(encoder_layerdrop=0.1), "layerdrop"),
-        (dict(checkpoint_activations=True), "--checkpoint-recursions"),
-    ],
-)
-def test_bad_configuration_fails_at_build_naming_the_option(overrides, option):
-    with pytest.raises(ValueError, match=option):
-        build("sret_transformer", **dict(SMALL, **overrides))
-
-
 def test_named_architectures_match_fairseq_widths():
     widths = {
         "sret_transformer_iwslt_de_en": ("transformer_iwslt_de_en", 512, 1024, 4),
