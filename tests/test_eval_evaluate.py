@@ -58,6 +58,9 @@ def test_iwslt_style_scores(tmp_path):
     detok = ["we do n't know.", 'it\'s a "big" idea.']
     assert lc["score"] == pytest.approx(sacrebleu.corpus_bleu(detok, [refs_raw], lowercase=True).score)
     assert "case:lc" in lc["signature"]
+    chrf = scores["chrF2 (lowercased)"]
+    assert chrf["score"] == pytest.approx(sacrebleu.metrics.CHRF(lowercase=True).corpus_score(detok, [refs_raw]).score)
+    assert "case:lc" in chrf["signature"]
     assert (tmp_path / "eval/test.hyp").read_text().splitlines() == hyps
     assert json.loads((tmp_path / "eval/test.results.json").read_text())["scores"] == report["scores"]
     assert "tokenized BLEU" in format_report(report)
@@ -77,6 +80,7 @@ def test_wmt_style_scores(tmp_path):
     split_refs = ["Das Hotel ##AT##-##AT## Zimmer ist sehr schön .", "Er liest ein Buch ."]
     assert scores["compound-split BLEU"] == pytest.approx(
         sacrebleu.corpus_bleu(split, [split_refs], tokenize="none").score)
+    assert scores["chrF2"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
 
 
 def test_unknown_subset(tmp_path):

@@ -10,6 +10,7 @@
   compounds into ``a ##AT##-##AT## b``, tokenized case-sensitive BLEU.
 * :func:`tokenized_lowercased_bleu` -- Moses-tokenize and lowercase both sides, then
   tokenized BLEU (the ``lc.tok`` BLEU often quoted for Multi30k).
+* :func:`chrf` -- sacreBLEU's chrF2 (character n-gram F-score) of detokenized output.
 """
 
 from dataclasses import asdict, dataclass
@@ -75,3 +76,15 @@ def compound_split_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "d
 def tokenized_lowercased_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str,
                               name: str = "tokenized lowercased BLEU") -> BleuResult:
     return tokenized_bleu(moses_tokenize_all(hyps, lang, True), moses_tokenize_all(refs, lang, True), name=name)
+
+
+def chrf(hyps: Sequence[str], refs: Sequence[str], lowercase: bool = False, name: str = "chrF2") -> BleuResult:
+    """sacreBLEU's chrF (character 6-grams, beta 2) of detokenized output, with its signature."""
+    from sacrebleu.metrics import CHRF
+
+    hyps, refs = list(hyps), list(refs)
+    if len(hyps) != len(refs):
+        raise ValueError(f"{name}: {len(hyps)} hypotheses but {len(refs)} references")
+    metric = CHRF(lowercase=lowercase)
+    result = metric.corpus_score(hyps, [refs])
+    return BleuResult(name, float(result.score), str(result), str(metric.get_signature()))

@@ -9,6 +9,8 @@ iwslt14     tokenized BLEU vs. the Moses-tokenized lowercased references (the IW
 wmt14       sacreBLEU (cased, 13a) and compound-split tokenized BLEU
 multi30k    sacreBLEU (cased, 13a) and tokenized lowercased BLEU
 ==========  ===========================================================================
+
+Every data set with raw references also gets chrF2 (lowercased where the system output is).
 """
 
 import json
@@ -47,6 +49,11 @@ def score(meta: dict, data_dir, subset: str, hyps: List[str]) -> List[bleu.BleuR
             results.append(bleu.compound_split_bleu(hyps, ref("reference"), lang=tgt))
         elif name == "tokenized_lowercased_bleu" and "reference" in info:
             results.append(bleu.tokenized_lowercased_bleu(hyps, ref("reference"), lang=tgt))
+    if "reference" in info:
+        lowercased = "sacrebleu_lc" in meta["scores"]
+        detok = [moses_detokenize(h, tgt) for h in hyps] if lowercased else hyps
+        results.append(bleu.chrf(detok, ref("reference"), lowercase=lowercased,
+                                 name="chrF2 (lowercased)" if lowercased else "chrF2"))
     return results
 
 

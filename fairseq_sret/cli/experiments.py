@@ -1,0 +1,90 @@
+"""Train, evaluate and report the named configurations of an experiment file.
+
+  sret-experiments examples/multi30k/experiments.yaml --data data-bin/multi30k_de_en --jobs 4
+
+Each row x seed is trained with fairseq-train (``--jobs`` of them side by side: one GPU is
+far from busy with one small model), evaluated with beam search (best checkpoint and the
+average of the last epochs, every test set of the data-bin: BLEU with its signature, chrF),
+and written to ``RESULTS/NAME.json``, ``RESULTS/NAME.md`` and PNG plots. Finished runs are
+skipped and interrupted ones resume, so a table can be filled over several short sessions;
+``--report-only`` rewrites the results from what is done.
+"""
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from . import HelpFormatter
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sret-experiments", description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("experiment", help="experiment file (YAML), e.g. examples/multi30k/experiments.yaml")
+    p.add_argument("--data", default=None, help="prepared data-bin (default: the file's 'data')")
+    p.add_argument("--output", default=None, help="folder of the runs (default: runs/experiments/NAME)")
+    p.add_argument("--results", default="docs/results", help="where NAME.json/.md and the plots go (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=1, help="trainings side by side (default: 1)")
+    p.add_argument("--rows", nargs="+", default=None, help="only these row ids")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="only these seeds (every selected row)")
+    p.add_argument("--cpu", action="store_true", help="train and translate on the CPU")
+    p.add_argument("--max-update", type=int, default=None, help="override the file's update cap (smoke runs)")
+    p.add_argument("--max-epoch", type=int, default=None, help="override the file's epoch cap (smoke runs)")
+    p.add_argument("--progress-interval", type=float, default=60.0, help="seconds between progress lines (default: 60)")
+    p.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the training commands and exit")
+    p.add_argument("--note", default="", help="a note on the machine recorded with the results (e.g. 'H100, 4 jobs')")
+    return p
+
+
+def main(argv=None) -> int:
+    args = get_parser().parse_args(argv)
+    from ..experiments import ExperimentError, load_experiment, run_experiment, train_command, write_results
+    from ..experiments.runner import read_record, run_paths
+
+    try:
+        experiment = load_experiment(args.experiment).select(args.rows, args.seeds)
+    except ExperimentError as exc:
+        print(f"sret-experiments: error: {exc}", file=sys.stderr)
+        return 2
+    data = args.data or experiment.data
+    if not data:
+        print("sret-experiments: error: no data-bin: pass --data or set 'data' in the file", file=sys.stderr)
+        return 2
+    if not args.dry_run and not args.report_only and not (Path(data) / "dict.txt").is_file() and \
+            not any(Path(data).glob("dict.*.txt")):
+        print(f"sret-experiments: error: {data} is not a fairseq data-bin (no dictionary); prepare it with"
+              " sret-prepare", file=sys.stderr)
+        return 2
+    output = Path(args.output or Path("runs/experiments") / experiment.name)
+    command = "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.dry_run:
+        for run in experiment.runs():
+            cmd = train_command(experiment, run, data, run_paths(output, run), cpu=args.cpu,
+                                max_update=args.max_update, max_epoch=args.max_epoch)
+            print(" ".join(shlex.quote(c) for c in cmd))
+        return 0
+
+    def report(*_):
+        records = [dict(read_record(run_paths(output, r)), row=r.row.id, seed=r.seed) for r in experiment.runs()]
+        return write_results(experiment, records, args.results, command, device_note=args.note)
+
+    if not args.report_only:
+        print(f"[experiments] {experiment.name}: {len(experiment.runs())} runs of {len(experiment.rows)} rows,"
+              f" {args.jobs} side by side; runs in {output}", file=sys.stderr)
+        try:
+            run_experiment(experiment, data, output, jobs=args.jobs, cpu=args.cpu, max_update=args.max_update,
+                           max_epoch=args.max_epoch, progress_interval=args.progress_interval,
+                           on_run_done=report)
+        except RuntimeError as exc:
+            report()
+            print(f"sret-experiments: error: {exc}", file=sys.stderr)
+            return 1
+    written = report()
+    for path in written.values():
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Experiment files: a checked-in list of named training configurations.
+
+An experiment file (YAML) names the data set, the schedule every row shares, the evaluation
+and the rows; each row is an architecture with its flags and seeds::
+
+    name: multi30k
+    title: "Multi30k De-En: SReT against the transformer"
+    data: data-bin/multi30k_de_en          # default for --data
+    seeds: [1]                             # default seeds of a row
+    train:                                 # the schedule, the same for every row
+      args: --share-all-embeddings --optimizer adam --lr 1e-3 ...
+      max_epoch: 100                       # the stated cap
+      patience: 5                          # stop when valid loss has not improved for 5 epochs
+      max_update: 0                        # or a fixed number of updates (0: none)
+    eval:
+      beam: 5
+      subsets: [test, test1]
+      checkpoints: [best, last5]           # checkpoint_best.pt; average of the last 5 epochs
+    rows:
+      - id: sret_3x2
+        title: "SReT 3x2 (default)"
+        arch: sret_transformer_iwslt_de_en
+        args: ""                           # extra flags of this row
+        seeds: [1, 2, 3]
+        max_update: 0                      # this row's own update cap (0: the schedule's)
+
+Every (row, seed) is one *run*. :func:`load_experiment` validates the file and expands it.
+"""
+
+import re
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+CHECKPOINT_KINDS = {"best": "checkpoint_best.pt", "last": "checkpoint_last.pt"}
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ExperimentError(ValueError):
+    """An experiment file that cannot be run; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    args: List[str] = field(default_factory=list)
+    max_epoch: int = 0
+    max_update: int = 0
+    patience: int = 0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    beam: int = 5
+    lenpen: float = 1.0
+    subsets: List[str] = field(default_factory=lambda: ["test"])
+    checkpoints: List[str] = field(default_factory=lambda: ["best"])
+    max_tokens: int = 8000
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    arch: str
+    title: str = ""
+    args: List[str] = field(default_factory=list)
+    seeds: List[int] = field(default_factory=lambda: [1])
+    notes: str = ""
+    #: this row's update cap instead of the schedule's (e.g. equal time for a cheaper model)
+    max_update: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.title or self.id
+
+
+@dataclass(frozen=True)
+class Run:
+    row: Row
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.row.id}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    path: Path
+    title: str
+    data: Optional[str]
+    schedule: Schedule
+    evaluation: Evaluation
+    rows: List[Row]
+    notes: str = ""
+
+    def runs(self) -> List[Run]:
+        return [Run(row, seed) for row in self.rows for seed in row.seeds]
+
+    def select(self, row_ids: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None) -> "Experiment":
+        """Only the rows ``row_ids`` (in file order) and/or only ``seeds`` of every row."""
+        rows = self.rows
+        if row_ids:
+            unknown = sorted(set(row_ids) - {r.id for r in rows})
+            if unknown:
+                raise ExperimentError(f"{self.path}: no rows {unknown}; rows: {[r.id for r in rows]}")
+            rows = [r for r in rows if r.id in set(row_ids)]
+        if seeds:
+            rows = [replace(r, seeds=list(seeds)) for r in rows]
+        return replace(self, rows=rows)
+
+
+def _args(value, where: str) -> List[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return shlex.split(value)
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
+        return [str(v) for v in value]
+    raise ExperimentError(f"{where} must be a string of flags or a list of them, got {value!r}")
+
+
+def _int(value, where: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ExperimentError(f"{where} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _seeds(value, where: str) -> List[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ExperimentError(f"{where} must be a non-empty list of integers, got {value!r}")
+    seeds = [_int(v, where, 0) for v in value]
+    if len(set(seeds)) != len(seeds):
+        raise ExperimentError(f"{where} repeats a seed: {seeds}")
+    return seeds
+
+
+def _check_keys(section: dict, allowed: Sequence[str], where: str) -> None:
+    if not isinstance(section, dict):
+        raise ExperimentError(f"{where} must be a mapping, got {section!r}")
+    unknown = sorted(set(section) - set(allowed))
+    if unknown:
+        raise ExperimentError(f"{where}: unknown fields {unknown}; allowed: {list(allowed)}")
+
+
+def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Experiment:
+    """Validate a loaded experiment mapping (see the module docstring)."""
+    path = Path(path)
+    where = str(path)
+    _check_keys(raw, ["name", "title", "data", "seeds", "train", "eval", "rows", "notes"], where)
+    name = raw.get("name") or path.stem
+    if not _ID.match(str(name)):
+        raise ExperimentError(f"{where}: name {name!r} must be letters, digits, '_', '.', '-'")
+    default_seeds = _seeds(raw.get("seeds", [1]), f"{where}: seeds")
+
+    train = raw.get("train") or {}
+    _check_keys(train, ["args", "max_epoch", "max_update", "patience"], f"{where}: train")
+    schedule = Schedule(
+        args=_args(train.get("args"), f"{where}: train.args"),
+        max_epoch=_int(train.get("max_epoch", 0), f"{where}: train.max_epoch"),
+        max_update=_int(train.get("max_update", 0), f"{where}: train.max_update"),
+        patience=_int(train.get("patience", 0), f"{where}: train.patience"),
+    )
+    if not (schedule.max_epoch or schedule.max_update):
+        raise ExperimentError(f"{where}: train needs a cap: max_epoch and/or max_update")
+
+    ev = raw.get("eval") or {}
+    _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens"], f"{where}: eval")
+    checkpoints = list(ev.get("checkpoints", ["best"]))
+    for kind in checkpoints:
+        if kind not in CHECKPOINT_KINDS and not re.fullmatch(r"last\d+", str(kind)):
+            raise ExperimentError(
+                f"{where}: eval.checkpoints: unknown {kind!r}; allowed: best, last, lastN (average of the last N epochs)"
+            )
+    evaluation = Evaluation(
+        beam=_int(ev.get("beam", 5), f"{where}: eval.beam", 1),
+        lenpen=float(ev.get("lenpen", 1.0)),
+        subsets=[str(s) for s in ev.get("subsets", ["test"])],
+        checkpoints=checkpoints,
+        max_tokens=_int(ev.get("max_tokens", 8000), f"{where}: eval.max_tokens", 1),
+    )
+
+    rows = []
+    for i, item in enumerate(raw.get("rows") or []):
+        at = f"{where}: rows[{i}]"
+        _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update"], at)
+        for key in ("id", "arch"):
+            if not item.get(key):
+                raise ExperimentError(f"{at}: '{key}' is required")
+        if not _ID.match(str(item["id"])):
+            raise ExperimentError(f"{at}: id {item['id']!r} must be letters, digits, '_', '.', '-'")
+        rows.append(Row(
+            id=str(item["id"]), arch=str(item["arch"]), title=str(item.get("title", "")),
+            args=_args(item.get("args"), f"{at}.args"),
+            seeds=_seeds(item.get("seeds", default_seeds), f"{at}.seeds"), notes=str(item.get("notes", "")),
+            max_update=_int(item.get("max_update", 0), f"{at}.max_update"),
+        ))
+    if not rows:
+        raise ExperimentError(f"{where}: no rows")
+    ids = [r.id for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ExperimentError(f"{where}: row ids repeat: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
+    return Experiment(
+        name=str(name), path=path, title=str(raw.get("title", name)), data=raw.get("data"),
+        schedule=schedule, evaluation=evaluation, rows=rows, notes=str(raw.get("notes", "")),
+    )
+
+
+def load_experiment(path: Union[str, Path]) -> Experiment:
+    """Read and validate an experiment file."""
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"{path}: expected a mapping at the top level")
+    return parse_experiment(raw, path)
+
+
+def describe(experiment: Experiment) -> Dict:
+    """The experiment as JSON-able data (recorded in the results)."""
+    return {
+        "name": experiment.name,
+        "file": str(experiment.path),
+        "title": experiment.title,
+        "train": {"args": experiment.schedule.args, "max_epoch": experiment.schedule.max_epoch,
+                  "max_update": experiment.schedule.max_update, "patience": experiment.schedule.patience},
+        "eval": vars(experiment.evaluation),
+        "rows": [{"id": r.id, "title": r.label, "arch": r.arch, "args": r.args, "seeds": r.seeds, "notes": r.notes,
+                  "max_update": r.max_update or experiment.schedule.max_update}
+                 for r in experiment.rows],
+    }

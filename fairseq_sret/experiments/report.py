@@ -1,0 +1,249 @@
+"""Results of an experiment: ``NAME.json`` (every run and number), ``NAME.md`` (the table,
+mean +- std over seeds and each seed) and PNG plots (valid loss against updates and against
+training seconds; BLEU against unique parameters)."""
+
+import datetime
+import json
+import math
+import platform
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from .config import Experiment, describe
+
+
+def primary_score(scores: Sequence[dict]) -> Optional[dict]:
+    """The data set's headline BLEU: the first score its metadata lists (sacreBLEU for
+    Multi30k and WMT'14, tokenized BLEU for IWSLT'14)."""
+    bleus = [s for s in scores if not s["name"].startswith("chrF")]
+    return bleus[0] if bleus else None
+
+
+def chrf_score(scores: Sequence[dict]) -> Optional[dict]:
+    return next((s for s in scores if s["name"].startswith("chrF")), None)
+
+
+def run_values(record: dict, experiment: Experiment) -> Dict[str, Optional[float]]:
+    """The table's numbers of one run."""
+    train, model = record.get("train", {}), record.get("model", {})
+    values = {
+        "params": model.get("params"),
+        "tokens_per_second": train.get("train_tokens_per_second"),
+        "seconds_to_best": train.get("seconds_to_best"),
+        "best_valid_loss": train.get("best_valid_loss"),
+        "best_update": train.get("best_update"),
+        "updates": train.get("updates"),
+    }
+    for kind, subsets in (record.get("eval") or {}).items():
+        for subset, result in subsets.items():
+            bleu, chrf = primary_score(result["scores"]), chrf_score(result["scores"])
+            values[f"bleu/{kind}/{subset}"] = bleu["score"] if bleu else None
+            values[f"chrf/{kind}/{subset}"] = chrf["score"] if chrf else None
+    return values
+
+
+def _mean_std(values: List[float]):
+    values = [v for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
+    if not values:
+        return None, None, 0
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
+
+
+def aggregate(experiment: Experiment, records: List[dict]) -> List[dict]:
+    """Per row: mean, std and the per-seed values of every number of :func:`run_values`."""
+    rows = []
+    for row in experiment.rows:
+        runs = [r for r in records if r.get("row") == row.id and r.get("status") == "done"]
+        per_seed = {r["seed"]: run_values(r, experiment) for r in runs}
+        keys = sorted({k for v in per_seed.values() for k in v})
+        stats = {}
+        for key in keys:
+            mean, std, n = _mean_std([v.get(key) for v in per_seed.values()])
+            stats[key] = {"mean": mean, "std": std, "n": n}
+        applications = next((r["model"]["applications"] for r in runs if r.get("model")), None)
+        rows.append({"id": row.id, "title": row.label, "arch": row.arch, "args": row.args, "notes": row.notes,
+                     "seeds_done": sorted(per_seed), "seeds_planned": row.seeds, "applications": applications,
+                     "stats": stats, "per_seed": per_seed})
+    return rows
+
+
+def _signatures(records: List[dict]) -> Dict[str, str]:
+    found = {}
+    for record in records:
+        for subsets in (record.get("eval") or {}).values():
+            for result in subsets.values():
+                for score in result["scores"]:
+                    found.setdefault(score["name"], score["signature"])
+    return found
+
+
+def _subset_names(records: List[dict]) -> Dict[str, str]:
+    names = {}
+    for record in records:
+        for subsets in (record.get("eval") or {}).values():
+            for subset, result in subsets.items():
+                names[subset] = result.get("subset_name", subset)
+    return names
+
+
+def _fmt(stat: Optional[dict], digits: int = 2, scale: float = 1.0) -> str:
+    if not stat or stat.get("mean") is None:
+        return "–"
+    text = f"{stat['mean'] / scale:.{digits}f}"
+    if stat.get("std") is not None:
+        text += f" ± {stat['std'] / scale:.{digits}f}"
+    return text
+
+
+def environment() -> dict:
+    info = {"python": platform.python_version(), "machine": platform.machine(),
+            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    except Exception:  # informative only
+        pass
+    try:
+        import fairseq
+
+        info["fairseq"] = fairseq.__version__
+    except Exception:
+        pass
+    return info
+
+
+def write_results(experiment: Experiment, records: List[dict], results_dir, command: str,
+                  device_note: str = "") -> Dict[str, Path]:
+    """Write ``NAME.json``, ``NAME.md`` and the plots; returns their paths."""
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    rows = aggregate(experiment, records)
+    env = environment()
+    if device_note:
+        env["note"] = device_note
+    out = {"json": results_dir / f"{experiment.name}.json", "md": results_dir / f"{experiment.name}.md"}
+    payload = {"experiment": describe(experiment), "command": command, "environment": env,
+               "rows": rows, "runs": records}
+    out["json"].write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    plots = plot(experiment, rows, records, results_dir)
+    out.update(plots)
+    out["md"].write_text(markdown(experiment, rows, records, command, env, plots), encoding="utf-8")
+    return out
+
+
+def markdown(experiment: Experiment, rows: List[dict], records: List[dict], command: str, env: dict,
+             plots: Dict[str, Path]) -> str:
+    ev = experiment.evaluation
+    subsets = _subset_names(records)
+    kinds = ev.checkpoints
+    lines = [f"# {experiment.title}", "",
+             f"Produced by `{command}` (experiment file `{experiment.path}`).", "",
+             "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".", ""]
+    sched = experiment.schedule
+    stop = []
+    if sched.patience:
+        stop.append(f"until valid loss has not improved for {sched.patience} epochs")
+    if sched.max_epoch:
+        stop.append(f"at most {sched.max_epoch} epochs")
+    if sched.max_update:
+        stop.append(f"{'at most ' if sched.patience or sched.max_epoch else ''}{sched.max_update} updates")
+    lines += [f"Every row: `{' '.join(sched.args)}`, trained {', '.join(stop)}; beam {ev.beam}, "
+              f"lenpen {ev.lenpen}. Numbers are mean ± std over the seeds done (n in the seeds column)."
+              " Seconds: wall clock of the training process (fairseq's `wall`), with the runs trained"
+              " side by side as recorded in the JSON.", ""]
+    if experiment.notes:
+        lines += [experiment.notes.strip(), ""]
+    header = ["row", "unique params (M)", "layer applications", "seeds", "train tok/s", "seconds to best",
+              "best valid loss"]
+    for kind in kinds:
+        for subset in ev.subsets:
+            name = subsets.get(subset, subset)
+            header.append(f"BLEU {name} ({kind})")
+            header.append(f"chrF {name} ({kind})")
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        s = row["stats"]
+        cells = [f"{row['title']} (`{row['id']}`)",
+                 _fmt(s.get("params"), 2, 1e6), row["applications"] or "–",
+                 f"{len(row['seeds_done'])}/{len(row['seeds_planned'])}",
+                 _fmt(s.get("tokens_per_second"), 0), _fmt(s.get("seconds_to_best"), 0),
+                 _fmt(s.get("best_valid_loss"), 3)]
+        for kind in kinds:
+            for subset in ev.subsets:
+                cells.append(_fmt(s.get(f"bleu/{kind}/{subset}")))
+                cells.append(_fmt(s.get(f"chrf/{kind}/{subset}")))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Each seed:", "", "| row | seed | best valid loss | best at update | seconds to best | "
+              + " | ".join(f"BLEU {subsets.get(x, x)} ({k})" for k in kinds for x in ev.subsets) + " |",
+              "|" + "---|" * (5 + len(kinds) * len(ev.subsets))]
+    for row in rows:
+        for seed, v in sorted(row["per_seed"].items()):
+            cells = [row["id"], str(seed), _fmt({"mean": v.get("best_valid_loss")}, 3),
+                     str(v.get("best_update") or "–"), _fmt({"mean": v.get("seconds_to_best")}, 0)]
+            cells += [_fmt({"mean": v.get(f"bleu/{k}/{x}")}) for k in kinds for x in ev.subsets]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Rows (architecture and flags added to the schedule's):", ""]
+    for row in rows:
+        flags = " ".join(row["args"])
+        lines.append(f"- `{row['id']}`: `--arch {row['arch']}{' ' + flags if flags else ''}`"
+                     + (f" ({row['notes']})" if row["notes"] else ""))
+    signatures = _signatures(records)
+    if signatures:
+        lines += ["", "Score signatures:", ""] + [f"- {name}: `{sig}`" for name, sig in signatures.items()]
+    for key, path in plots.items():
+        lines += ["", f"![{key}]({path.name})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_dir: Path) -> Dict[str, Path]:
+    """Valid loss against updates and seconds (every run), BLEU against unique parameters."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {row["id"]: plt.cm.tab10(i % 10) for i, row in enumerate(rows)}
+    paths = {}
+    fig, (by_update, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for record in records:
+        curve = (record.get("train") or {}).get("curve") or []
+        if not curve or record.get("row") not in colors:
+            continue
+        label = f"{record['row']} s{record['seed']}"
+        color = colors[record["row"]]
+        by_update.plot([p["update"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
+        by_time.plot([p["seconds"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
+    by_update.set_xlabel("updates")
+    by_time.set_xlabel("training seconds (wall clock)")
+    for axis in (by_update, by_time):
+        axis.set_ylabel("valid loss")
+        axis.grid(alpha=0.3)
+    by_time.legend(fontsize=7, ncol=2)
+    fig.suptitle(f"{experiment.title}: validation loss")
+    fig.tight_layout()
+    paths["valid loss"] = results_dir / f"{experiment.name}_valid_loss.png"
+    fig.savefig(paths["valid loss"], dpi=110)
+    plt.close(fig)
+
+    subset = experiment.evaluation.subsets[0]
+    kind = experiment.evaluation.checkpoints[0]
+    fig, axis = plt.subplots(figsize=(6.5, 4.5))
+    for row in rows:
+        params, bleu = row["stats"].get("params"), row["stats"].get(f"bleu/{kind}/{subset}")
+        if not params or not bleu or params.get("mean") is None or bleu.get("mean") is None:
+            continue
+        axis.errorbar(params["mean"] / 1e6, bleu["mean"], yerr=bleu.get("std") or 0, fmt="o",
+                      color=colors[row["id"]], capsize=3, label=row["id"])
+    axis.set_xlabel("unique parameters (M)")
+    axis.set_ylabel(f"BLEU {subset} ({kind} checkpoint)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    axis.set_title(f"{experiment.title}: BLEU against parameters")
+    fig.tight_layout()
+    paths["BLEU against parameters"] = results_dir / f"{experiment.name}_bleu_params.png"
+    fig.savefig(paths["BLEU against parameters"], dpi=110)
+    plt.close(fig)
+    return paths

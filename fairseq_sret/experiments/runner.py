@@ -1,0 +1,301 @@
+"""Train and evaluate the runs of an experiment file, resumably.
+
+Every run (row x seed) lives in ``OUTPUT/<row>/seed<S>/``: ``checkpoints/``, ``train.log``
+(fairseq's JSON log), ``eval/`` and ``run.json``. A run whose ``run.json`` says ``done`` is
+skipped, an interrupted training resumes from ``checkpoint_last.pt`` (fairseq's default),
+so a table can be filled over several short sessions. ``jobs`` trainings run side by side
+(one GPU is far from busy with one small fairseq model); each is evaluated as soon as it
+ends: beam search on every subset with every checkpoint kind of the file (``best``,
+``last``, ``lastN`` = average of the last N epoch checkpoints), scored by
+:func:`fairseq_sret.evaluation.evaluate.evaluate` (sacreBLEU with signature, chrF, ...).
+"""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from .config import CHECKPOINT_KINDS, Experiment, Run
+
+USER_DIR = Path(__file__).resolve().parents[1]
+_LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
+
+
+def log(message: str) -> None:
+    print(f"[experiments] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def train_log(self) -> Path:
+        return self.root / "train.log"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.root / "eval"
+
+    @property
+    def record(self) -> Path:
+        return self.root / "run.json"
+
+
+def run_paths(output: Path, run: Run) -> RunPaths:
+    return RunPaths(Path(output) / run.row.id / f"seed{run.seed}")
+
+
+def read_record(paths: RunPaths) -> dict:
+    if paths.record.is_file():
+        return json.loads(paths.record.read_text(encoding="utf-8"))
+    return {}
+
+
+def write_record(paths: RunPaths, record: dict) -> None:
+    paths.root.mkdir(parents=True, exist_ok=True)
+    tmp = paths.record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, paths.record)
+
+
+# ---------------------------------------------------------------- fairseq's log
+def _number(value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value
+    return int(number) if number.is_integer() and "." not in str(value) else number
+
+
+def parse_training_log(text: str) -> dict:
+    """Epoch records from a fairseq JSON log (``--log-format json``).
+
+    Returns ``{"epochs": [{"epoch", "num_updates", "valid_loss", "seconds", "wps"}], "last":
+    {latest train_inner record}, "done": bool}``; ``seconds`` is fairseq's wall clock of the
+    training (it continues across resumed runs), ``wps`` its target tokens per second.
+    """
+    epochs: Dict[int, dict] = {}
+    last = {}
+    for line in text.splitlines():
+        match = _LOG_RECORD.search(line)
+        if not match:
+            continue
+        kind = match.group(1)
+        try:
+            record = {k: _number(v) for k, v in json.loads(match.group(2)).items()}
+        except json.JSONDecodeError:
+            continue
+        if kind == "train_inner":
+            last = record
+            continue
+        epoch = int(record.get("epoch", 0))
+        entry = epochs.setdefault(epoch, {"epoch": epoch})
+        if kind == "valid":
+            entry["valid_loss"] = record.get("valid_loss")
+            entry["num_updates"] = record.get("valid_num_updates")
+        else:
+            entry["seconds"] = record.get("train_wall")
+            entry["wps"] = record.get("train_wps")
+            entry.setdefault("num_updates", record.get("train_num_updates"))
+    ordered = [epochs[e] for e in sorted(epochs)]
+    return {"epochs": ordered, "last": last, "done": "done training" in text}
+
+
+def training_summary(parsed: dict) -> dict:
+    """Best valid loss, when it was reached (update, seconds) and the training speed."""
+    epochs = [e for e in parsed["epochs"] if isinstance(e.get("valid_loss"), (int, float))]
+    summary = {"epochs": len(parsed["epochs"]), "curve": [
+        {"epoch": e["epoch"], "update": e.get("num_updates"), "seconds": e.get("seconds"), "valid_loss": e["valid_loss"]}
+        for e in epochs
+    ]}
+    if epochs:
+        best = min(epochs, key=lambda e: e["valid_loss"])
+        summary.update(best_valid_loss=best["valid_loss"], best_epoch=best["epoch"],
+                       best_update=best.get("num_updates"), seconds_to_best=best.get("seconds"))
+        summary["updates"] = parsed["epochs"][-1].get("num_updates")
+        summary["seconds"] = parsed["epochs"][-1].get("seconds")
+    speeds = [e["wps"] for e in parsed["epochs"] if isinstance(e.get("wps"), (int, float))]
+    if speeds:
+        summary["train_tokens_per_second"] = statistics.median(speeds)
+    return summary
+
+
+# ---------------------------------------------------------------- commands
+def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, cpu: bool = False,
+                  max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> List[str]:
+    """The fairseq-train command of ``run`` (the schedule's flags, then the row's)."""
+    schedule = experiment.schedule
+    keep = max([int(k[4:]) for k in experiment.evaluation.checkpoints if re.fullmatch(r"last\d+", k)] or [1])
+    cmd = [
+        sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", str(USER_DIR),
+        "--arch", run.row.arch, *schedule.args, *run.row.args,
+        "--seed", str(run.seed), "--save-dir", str(paths.checkpoints), "--keep-last-epochs", str(keep),
+        "--log-format", "json", "--log-interval", "50", "--no-progress-bar",
+    ]
+    if max_update is None:
+        max_update = run.row.max_update or schedule.max_update
+    max_epoch = schedule.max_epoch if max_epoch is None else max_epoch
+    if max_update:
+        cmd += ["--max-update", str(max_update)]
+    if max_epoch:
+        cmd += ["--max-epoch", str(max_epoch)]
+    if schedule.patience:
+        cmd += ["--patience", str(schedule.patience)]
+    if cpu:
+        cmd += ["--cpu"]
+    return cmd
+
+
+def model_facts(checkpoint) -> dict:
+    """Unique parameters and layer applications of a fairseq checkpoint.
+
+    Tied tensors (shared embeddings) are stored once in the file and counted once, as are
+    shared layers (they are one set of parameters); buffers are not counted.
+    """
+    from ..nmt_checkpoints import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    seen, params = set(), 0
+    for name, tensor in state["model"].items():
+        if name.endswith(("._float_tensor", ".version")) or not tensor.is_floating_point():
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            params += tensor.numel()
+    cfg = (state.get("cfg") or {}).get("model") or state.get("args")
+    get = (lambda k, d=None: getattr(cfg, k, d)) if not isinstance(cfg, dict) else (lambda k, d=None: cfg.get(k, d))
+    encoder = (get("encoder_layers") or 0) * (get("encoder_recursions", 1) or 1)
+    decoder = (get("decoder_layers") or 0) * (get("decoder_recursions", 1) or 1)
+    return {"params": params, "applications": f"{encoder}+{decoder}", "arch": get("arch")}
+
+
+def _checkpoint_for(kind: str, paths: RunPaths) -> Path:
+    from ..nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+
+    if kind in CHECKPOINT_KINDS:
+        return paths.checkpoints / CHECKPOINT_KINDS[kind]
+    n = int(kind[4:])
+    target = paths.checkpoints / f"checkpoint.avg{n}.pt"
+    if not target.is_file():
+        available = len([p for p in paths.checkpoints.glob("checkpoint[0-9]*.pt")])
+        newest = last_n_checkpoints(paths.checkpoints, min(n, available), by="epoch")
+        save_checkpoint(average_checkpoints(newest), target)
+    return target
+
+
+def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool = False) -> dict:
+    """Scores of every checkpoint kind on every subset: ``{kind: {subset: report}}``."""
+    from ..evaluation.evaluate import evaluate
+
+    ev = experiment.evaluation
+    results: Dict[str, Dict[str, dict]] = {}
+    for kind in ev.checkpoints:
+        checkpoint = _checkpoint_for(kind, paths)
+        for subset in ev.subsets:
+            report = evaluate(data, checkpoint=checkpoint, subset=subset, output_dir=paths.eval_dir / kind,
+                              beam=ev.beam, lenpen=ev.lenpen, max_tokens=ev.max_tokens, cpu=cpu)
+            results.setdefault(kind, {})[subset] = {
+                "subset_name": report["subset_name"], "sentences": report["sentences"], "scores": report["scores"],
+            }
+    return results
+
+
+# ---------------------------------------------------------------- the loop
+def _progress_line(run: Run, paths: RunPaths, started: float) -> str:
+    text = paths.train_log.read_text(encoding="utf-8", errors="replace") if paths.train_log.is_file() else ""
+    parsed = parse_training_log(text)
+    last = parsed["last"]
+    epochs = [e for e in parsed["epochs"] if "valid_loss" in e]
+    parts = [f"{run.name}:"]
+    if last:
+        parts.append(f"epoch {last.get('epoch')}, update {last.get('num_updates')}, loss {last.get('loss')}")
+    if epochs:
+        parts.append(f"valid loss {epochs[-1]['valid_loss']} (best {min(e['valid_loss'] for e in epochs)})")
+    parts.append(f"{(time.time() - started) / 60:.1f} min")
+    return " ".join(parts)
+
+
+def run_experiment(
+    experiment: Experiment,
+    data: str,
+    output,
+    jobs: int = 1,
+    cpu: bool = False,
+    max_update: Optional[int] = None,
+    max_epoch: Optional[int] = None,
+    progress_interval: float = 60.0,
+    env: Optional[dict] = None,
+    on_run_done: Optional[Callable[[Run, dict], None]] = None,
+) -> List[dict]:
+    """Train and evaluate every run that is not done yet; returns every run's record."""
+    output = Path(output)
+    pending = []
+    for run in experiment.runs():
+        paths = run_paths(output, run)
+        if read_record(paths).get("status") == "done":
+            log(f"{run.name}: done already, skipped")
+        else:
+            pending.append(run)
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    running = []  # (run, paths, process, log file, started)
+    failures = []
+    last_progress = time.time()
+    while pending or running:
+        while pending and len(running) < max(1, jobs):
+            run = pending.pop(0)
+            paths = run_paths(output, run)
+            paths.root.mkdir(parents=True, exist_ok=True)
+            cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch)
+            record = read_record(paths)
+            record.update(status="training", row=run.row.id, seed=run.seed, command=cmd[1:], jobs=jobs)
+            write_record(paths, record)
+            log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
+            handle = open(paths.train_log, "a", encoding="utf-8")
+            process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+            running.append((run, paths, process, handle, time.time()))
+        time.sleep(0.5)
+        if progress_interval and time.time() - last_progress >= progress_interval:
+            last_progress = time.time()
+            for run, paths, _, _, started in running:
+                log(_progress_line(run, paths, started))
+        still = []
+        for item in running:
+            run, paths, process, handle, started = item
+            if process.poll() is None:
+                still.append(item)
+                continue
+            handle.close()
+            text = paths.train_log.read_text(encoding="utf-8", errors="replace")
+            record = read_record(paths)
+            if process.returncode != 0:
+                tail = "\n".join(text.splitlines()[-15:])
+                log(f"{run.name}: training FAILED (exit {process.returncode}); last lines of {paths.train_log}:\n{tail}")
+                record.update(status="failed", returncode=process.returncode)
+                write_record(paths, record)
+                failures.append(run.name)
+                continue
+            record["train"] = training_summary(parse_training_log(text))
+            log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
+                f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
+            record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
+            record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu)
+            record["status"] = "done"
+            write_record(paths, record)
+            if on_run_done is not None:
+                on_run_done(run, record)
+        running = still
+    if failures:
+        raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (their train.log says why)")
+    return [dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed) for run in experiment.runs()]

@@ -1,0 +1,124 @@
+"""The experiment runner: file validation, fairseq log parsing, and the whole loop on the
+CPU (train two tiny rows side by side, evaluate, write JSON/markdown/plots, resume)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_sret.experiments import ExperimentError, parse_experiment, parse_training_log, training_summary
+from fairseq_sret.toy_data import write_reversal_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+LOG = """\
+2026 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "5.8", "num_updates": "5", "wps": "16072", "wall": "2"}
+2026 | INFO | valid | {"epoch": 1, "valid_loss": "4.935", "valid_num_updates": "10"}
+2026 | INFO | train | {"epoch": 1, "train_loss": "5.5", "train_wps": "1000.5", "train_num_updates": "10", "train_wall": "20"}
+2026 | INFO | valid | {"epoch": 2, "valid_loss": "4.673", "valid_num_updates": "20", "valid_best_loss": "4.673"}
+2026 | INFO | train | {"epoch": 2, "train_loss": "4.9", "train_wps": "3000", "train_num_updates": "20", "train_wall": "41"}
+2026 | INFO | valid | {"epoch": 3, "valid_loss": "4.80", "valid_num_updates": "30", "valid_best_loss": "4.673"}
+2026 | INFO | train | {"epoch": 3, "train_loss": "4.7", "train_wps": "2000", "train_num_updates": "30", "train_wall": "60"}
+2026 | INFO | fairseq_cli.train | done training in 60.0 seconds
+"""
+
+
+def test_training_log_gives_the_best_epoch_and_its_time():
+    parsed = parse_training_log(LOG)
+    assert parsed["done"] and [e["epoch"] for e in parsed["epochs"]] == [1, 2, 3]
+    summary = training_summary(parsed)
+    assert summary["best_valid_loss"] == pytest.approx(4.673)
+    assert (summary["best_epoch"], summary["best_update"], summary["seconds_to_best"]) == (2, 20, 41)
+    assert summary["train_tokens_per_second"] == 2000  # median over epochs
+    assert [p["update"] for p in summary["curve"]] == [10, 20, 30]
+
+
+def minimal(**changes):
+    raw = {"name": "x", "train": {"max_update": 10}, "rows": [{"id": "a", "arch": "transformer"}]}
+    raw.update(changes)
+    return raw
+
+
+@pytest.mark.parametrize("raw,message", [
+    (minimal(rows=[]), "no rows"),
+    (minimal(rows=[{"id": "a"}]), "'arch' is required"),
+    (minimal(rows=[{"id": "a", "arch": "t"}, {"id": "a", "arch": "t"}]), "repeat"),
+    (minimal(rows=[{"id": "a b", "arch": "t"}]), "letters"),
+    (minimal(rows=[{"id": "a", "arch": "t", "seeds": []}]), "seeds"),
+    (minimal(rows=[{"id": "a", "arch": "t", "seeds": [1, 1]}]), "repeats a seed"),
+    (minimal(train={}), "needs a cap"),
+    (minimal(train={"max_update": -1}), "max_update"),
+    (minimal(train={"max_update": 5, "epochs": 3}), "unknown fields"),
+    (minimal(eval={"checkpoints": ["middle"]}), "eval.checkpoints"),
+])
+def test_bad_experiment_files_name_the_field(raw, message):
+    with pytest.raises(ExperimentError, match=message):
+        parse_experiment(raw, "exp.yaml")
+
+
+def test_selecting_rows_and_seeds():
+    exp = parse_experiment(minimal(rows=[{"id": "a", "arch": "t", "seeds": [1, 2, 3]}, {"id": "b", "arch": "t"}]))
+    assert [r.name for r in exp.runs()] == ["a/seed1", "a/seed2", "a/seed3", "b/seed1"]
+    assert [r.name for r in exp.select(["b"]).runs()] == ["b/seed1"]
+    assert [r.name for r in exp.select(None, [7]).runs()] == ["a/seed7", "b/seed7"]
+    with pytest.raises(ExperimentError, match="no rows"):
+        exp.select(["zz"])
+
+
+@pytest.fixture(scope="module")
+def toy_bin(tmp_path_factory):
+    """The reversal corpus under Multi30k's file names, prepared like a real data set."""
+    root = tmp_path_factory.mktemp("toy")
+    raw = write_reversal_corpus(root / "raw", [("train", 1500), ("val", 60), ("test_2016_flickr", 40),
+                                               ("test_2017_flickr", 40)], vocab_size=16)
+    for path in list(raw.iterdir()):
+        path.rename(path.with_suffix(".de" if path.suffix == ".src" else ".en"))
+    subprocess.run([sys.executable, "-m", "fairseq_sret.cli.prepare", "multi30k", "--src", str(raw),
+                    "--out", str(root / "bin"), "--vocab-size", "60"], check=True, capture_output=True)
+    return root / "bin"
+
+
+@pytest.mark.e2e
+def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
+    cmd = [sys.executable, "-m", "fairseq_sret.cli.experiments", str(REPO / "examples/toy/experiments.yaml"),
+           "--data", str(toy_bin), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "results"),
+           "--cpu", "--jobs", "2", "--max-update", "30", "--progress-interval", "5"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = tmp_path / "results"
+    for name in ("toy.json", "toy.md", "toy_valid_loss.png", "toy_bleu_params.png"):
+        assert (results / name).is_file() and (results / name).stat().st_size > 0, name
+    data = json.loads((results / "toy.json").read_text())
+    assert [r["id"] for r in data["rows"]] == ["transformer", "sret"]
+    for row in data["rows"]:
+        assert row["seeds_done"] == [1]
+        stats = row["stats"]
+        assert stats["params"]["mean"] > 0 and stats["best_valid_loss"]["mean"] > 0
+        for kind in ("best", "last2"):
+            for subset in ("test", "test1"):
+                assert 0 <= stats[f"bleu/{kind}/{subset}"]["mean"] <= 100
+                assert 0 <= stats[f"chrf/{kind}/{subset}"]["mean"] <= 100
+    sret, transformer = (next(r for r in data["rows"] if r["id"] == i) for i in ("sret", "transformer"))
+    assert sret["applications"] == "2+2" and transformer["applications"] == "2+2"
+    assert sret["stats"]["params"]["mean"] < transformer["stats"]["params"]["mean"]  # shared layers count once
+    runs = {(r["row"], r["seed"]): r for r in data["runs"]}
+    assert runs[("sret", 1)]["train"]["updates"] == 30 and runs[("sret", 1)]["jobs"] == 2
+    table = (results / "toy.md").read_text()
+    assert "| SReT 1x2 (`sret`) |" in table and "`sret`: `--arch sret_transformer_tiny --encoder-layers 1" in table
+    assert "signature" in table and "nrefs:1" in table
+    assert "sret-experiments" in table  # the command that produced it
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("done already, skipped") == 2 and "training (" not in again.stderr
+    assert json.loads((results / "toy.json").read_text())["rows"] == data["rows"]
+
+
+def test_unknown_row_is_an_error(toy_bin, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.experiments",
+                             str(REPO / "examples/toy/experiments.yaml"), "--data", str(toy_bin),
+                             "--rows", "nope", "--dry-run"], capture_output=True, text=True)
+    assert result.returncode == 2 and "no rows ['nope']" in result.stderr
