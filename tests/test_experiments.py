@@ -122,3 +122,30 @@ def test_unknown_row_is_an_error(toy_bin, tmp_path):
                              str(REPO / "examples/toy/experiments.yaml"), "--data", str(toy_bin),
                              "--rows", "nope", "--dry-run"], capture_output=True, text=True)
     assert result.returncode == 2 and "no rows ['nope']" in result.stderr
+
+
+def test_progress_prints_updates_done_of_total_and_the_expected_time():
+    import io
+
+    from fairseq_sret.experiments.progress import Progress
+
+    now = [0.0]
+    out = io.StringIO()
+    progress = Progress(total=100, every=30, prefix="[quickstart]", out=out, clock=lambda: now[0])
+
+    def inner(update, loss):
+        return f'2026 | INFO | train_inner | {{"epoch": 1, "loss": "{loss}", "num_updates": "{update}"}}\n'
+
+    for t, update in ((5, 10), (25, 20), (65, 40), (100, 100)):
+        now[0] = t
+        progress.feed(inner(update, 5.0))
+    progress.feed("2026 | INFO | valid | {\"epoch\": 1, \"valid_loss\": \"4.2\", \"valid_best_loss\": \"4.2\"}\n")
+    progress.feed("Traceback (most recent call last):\n")
+    progress.feed("2026 | INFO | fairseq.utils | nothing to see\n")
+    lines = out.getvalue().splitlines()
+    # 10 updates in the first 20 s after the first record: 2 s per update, 200 s in all
+    assert "[quickstart] update 20/100 (20%), loss 5.0, 0.50 updates/s, ~3 min left" in lines
+    assert any(line.startswith("[quickstart] expected training time on this machine: ~") for line in lines)
+    assert "[quickstart] update 100/100 (100%)" in "\n".join(lines)
+    assert "[quickstart] epoch 1: valid loss 4.2 (best 4.2)" in lines
+    assert "Traceback (most recent call last):" in lines and not any("nothing to see" in x for x in lines)

@@ -16,6 +16,7 @@ and the rows; each row is an architecture with its flags and seeds::
       beam: 5
       subsets: [test, test1]
       checkpoints: [best, last5]           # checkpoint_best.pt; average of the last 5 epochs
+                                           # (last5u: of the last 5 update checkpoints)
     rows:
       - id: sret_3x2
         title: "SReT 3x2 (default)"
@@ -34,6 +35,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 CHECKPOINT_KINDS = {"best": "checkpoint_best.pt", "last": "checkpoint_last.pt"}
+#: ``lastN``: the average of the last N epoch checkpoints; ``lastNu``: of the last N update checkpoints
+AVERAGE = re.compile(r"last(\d+)(u?)")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -171,9 +174,10 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens"], f"{where}: eval")
     checkpoints = list(ev.get("checkpoints", ["best"]))
     for kind in checkpoints:
-        if kind not in CHECKPOINT_KINDS and not re.fullmatch(r"last\d+", str(kind)):
+        if kind not in CHECKPOINT_KINDS and not AVERAGE.fullmatch(str(kind)):
             raise ExperimentError(
-                f"{where}: eval.checkpoints: unknown {kind!r}; allowed: best, last, lastN (average of the last N epochs)"
+                f"{where}: eval.checkpoints: unknown {kind!r}; allowed: best, last, lastN (average of the last N"
+                " epoch checkpoints), lastNu (of the last N update checkpoints, --save-interval-updates)"
             )
     evaluation = Evaluation(
         beam=_int(ev.get("beam", 5), f"{where}: eval.beam", 1),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from .config import CHECKPOINT_KINDS, Experiment, Run
+from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, Run
 
 USER_DIR = Path(__file__).resolve().parents[1]
 _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
@@ -136,7 +136,8 @@ def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, 
                   max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> List[str]:
     """The fairseq-train command of ``run`` (the schedule's flags, then the row's)."""
     schedule = experiment.schedule
-    keep = max([int(k[4:]) for k in experiment.evaluation.checkpoints if re.fullmatch(r"last\d+", k)] or [1])
+    keep = max([int(m.group(1)) for m in map(AVERAGE.fullmatch, experiment.evaluation.checkpoints)
+                if m and not m.group(2)] or [1])
     cmd = [
         sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", str(USER_DIR),
         "--arch", run.row.arch, *schedule.args, *run.row.args,
@@ -186,12 +187,17 @@ def _checkpoint_for(kind: str, paths: RunPaths) -> Path:
 
     if kind in CHECKPOINT_KINDS:
         return paths.checkpoints / CHECKPOINT_KINDS[kind]
-    n = int(kind[4:])
-    target = paths.checkpoints / f"checkpoint.avg{n}.pt"
+    match = AVERAGE.fullmatch(kind)
+    n, by = int(match.group(1)), "update" if match.group(2) else "epoch"
+    target = paths.checkpoints / f"checkpoint.{kind}.pt"
     if not target.is_file():
-        available = len([p for p in paths.checkpoints.glob("checkpoint[0-9]*.pt")])
-        newest = last_n_checkpoints(paths.checkpoints, min(n, available), by="epoch")
-        save_checkpoint(average_checkpoints(newest), target)
+        pattern = "checkpoint_*_*.pt" if by == "update" else "checkpoint[0-9]*.pt"
+        available = len(list(paths.checkpoints.glob(pattern)))
+        if available == 0:
+            raise RuntimeError(f"{paths.checkpoints}: no {by} checkpoints to average for '{kind}'")
+        if available < n:
+            log(f"{paths.root}: only {available} {by} checkpoints for '{kind}'; averaging those")
+        save_checkpoint(average_checkpoints(last_n_checkpoints(paths.checkpoints, min(n, available), by=by)), target)
     return target
 
 
