@@ -116,6 +116,20 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     assert again.stderr.count("done already, skipped") == 2 and "training (" not in again.stderr
     assert json.loads((results / "toy.json").read_text())["rows"] == data["rows"]
 
+    # on another machine only the results file is there: its runs still count as done
+    fresh = [c if c != str(tmp_path / "runs") else str(tmp_path / "elsewhere") for c in cmd]
+    moved = subprocess.run(fresh, capture_output=True, text=True, timeout=120)
+    assert moved.returncode == 0 and moved.stderr.count("done already, skipped") == 2, moved.stderr[-2000:]
+    assert json.loads((results / "toy.json").read_text())["rows"] == data["rows"]
+    # ... unless the configuration changed, and a time limit stops in time
+    changed = subprocess.run(fresh[:-6] + ["--max-update", "31", "--time-limit", "0"], capture_output=True,
+                             text=True, timeout=120)
+    assert changed.returncode == 0, changed.stderr[-2000:]
+    assert "time limit reached: 2 runs not finished" in changed.stderr and "skipped" not in changed.stderr
+    stored = json.loads((results / "toy.json").read_text())
+    assert all(row["seeds_done"] == [] for row in stored["rows"])
+    assert sorted(r["row"] for r in stored["earlier_runs"]) == ["sret", "transformer"]  # never lost
+
 
 def test_unknown_row_is_an_error(toy_bin, tmp_path):
     result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.experiments",

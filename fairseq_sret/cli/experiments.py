@@ -6,8 +6,10 @@ Each row x seed is trained with fairseq-train (``--jobs`` of them side by side: 
 far from busy with one small model), evaluated with beam search (best checkpoint and the
 average of the last epochs, every test set of the data-bin: BLEU with its signature, chrF),
 and written to ``RESULTS/NAME.json``, ``RESULTS/NAME.md`` and PNG plots. Finished runs are
-skipped and interrupted ones resume, so a table can be filled over several short sessions;
-``--report-only`` rewrites the results from what is done.
+skipped and interrupted ones resume, so a table can be filled over several short sessions:
+the runs recorded in ``RESULTS/NAME.json`` count as done (the checkpoints need not be
+there), so committing that file carries a table from one machine to the next.
+``--time-limit`` stops in time to write the results; ``--report-only`` rewrites them.
 """
 
 import argparse
@@ -31,6 +33,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-update", type=int, default=None, help="override the file's update cap (smoke runs)")
     p.add_argument("--max-epoch", type=int, default=None, help="override the file's epoch cap (smoke runs)")
     p.add_argument("--progress-interval", type=float, default=60.0, help="seconds between progress lines (default: 60)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                   help="start no run after this many minutes and stop the trainings still going (they resume"
+                        " from their last checkpoint in the same --output folder)")
     p.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train nothing")
     p.add_argument("--dry-run", action="store_true", help="print the training commands and exit")
     p.add_argument("--note", default="", help="a note on the machine recorded with the results (e.g. 'H100, 4 jobs')")
@@ -39,8 +44,13 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
+    import json
+    import time
+
     from ..experiments import ExperimentError, load_experiment, run_experiment, train_command, write_results
-    from ..experiments.runner import read_record, run_paths
+    from ..experiments.runner import collect_records, run_paths
+
+    started = time.time()
 
     try:
         experiment = load_experiment(args.experiment).select(args.rows, args.seeds)
@@ -65,9 +75,19 @@ def main(argv=None) -> int:
             print(" ".join(shlex.quote(c) for c in cmd))
         return 0
 
+    results_file = Path(args.results) / f"{experiment.name}.json"
+    known, earlier = {}, []
+    if results_file.is_file():
+        stored = json.loads(results_file.read_text(encoding="utf-8"))
+        earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
+        known = {f"{r['row']}/seed{r['seed']}": r for r in stored.get("runs", []) if r.get("status") == "done"}
+
     def report(*_):
-        records = [dict(read_record(run_paths(output, r)), row=r.row.id, seed=r.seed) for r in experiment.runs()]
-        return write_results(experiment, records, args.results, command, device_note=args.note)
+        records = collect_records(experiment, output, known, args.max_update, args.max_epoch)
+        used = [r for r in records if r.get("status") == "done"]
+        kept = [r for r in earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
+                                              for u in used)]
+        return write_results(experiment, records, args.results, command, device_note=args.note, earlier=kept)
 
     if not args.report_only:
         print(f"[experiments] {experiment.name}: {len(experiment.runs())} runs of {len(experiment.rows)} rows,"
@@ -75,7 +95,8 @@ def main(argv=None) -> int:
         try:
             run_experiment(experiment, data, output, jobs=args.jobs, cpu=args.cpu, max_update=args.max_update,
                            max_epoch=args.max_epoch, progress_interval=args.progress_interval,
-                           on_run_done=report)
+                           on_run_done=report, known=known,
+                           deadline=None if args.time_limit is None else started + 60 * args.time_limit)
         except RuntimeError as exc:
             report()
             print(f"sret-experiments: error: {exc}", file=sys.stderr)

@@ -116,8 +116,12 @@ def environment() -> dict:
 
 
 def write_results(experiment: Experiment, records: List[dict], results_dir, command: str,
-                  device_note: str = "") -> Dict[str, Path]:
-    """Write ``NAME.json``, ``NAME.md`` and the plots; returns their paths."""
+                  device_note: str = "", earlier: Sequence[dict] = ()) -> Dict[str, Path]:
+    """Write ``NAME.json``, ``NAME.md`` and the plots; returns their paths.
+
+    ``earlier``: finished runs of an earlier configuration, kept in the JSON (not in the
+    table) so that rerunning with other settings never loses a measured run.
+    """
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     rows = aggregate(experiment, records)
@@ -126,7 +130,7 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
         env["note"] = device_note
     out = {"json": results_dir / f"{experiment.name}.json", "md": results_dir / f"{experiment.name}.md"}
     payload = {"experiment": describe(experiment), "command": command, "environment": env,
-               "rows": rows, "runs": records}
+               "rows": rows, "runs": records, "earlier_runs": list(earlier)}
     out["json"].write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     plots = plot(experiment, rows, records, results_dir)
     out.update(plots)

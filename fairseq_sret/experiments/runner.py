@@ -158,6 +158,30 @@ def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, 
     return cmd
 
 
+def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = None,
+               max_epoch: Optional[int] = None) -> dict:
+    """What makes a run's numbers: a recorded run counts as done only for the same config."""
+    schedule = experiment.schedule
+    return {
+        "arch": run.row.arch, "args": [*schedule.args, *run.row.args], "seed": run.seed,
+        "max_update": (run.row.max_update or schedule.max_update) if max_update is None else max_update,
+        "max_epoch": schedule.max_epoch if max_epoch is None else max_epoch, "patience": schedule.patience,
+        "eval": {"beam": experiment.evaluation.beam, "lenpen": experiment.evaluation.lenpen,
+                 "subsets": list(experiment.evaluation.subsets), "checkpoints": list(experiment.evaluation.checkpoints)},
+    }
+
+
+def finished_record(experiment: Experiment, run: Run, output, known: Optional[Dict[str, dict]] = None,
+                    max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> Optional[dict]:
+    """The run's record if it is done with today's config: in its run folder, or among
+    ``known`` records (the results file of earlier sessions, keyed by run name)."""
+    config = run_config(experiment, run, max_update, max_epoch)
+    for record in (read_record(run_paths(output, run)), (known or {}).get(run.name) or {}):
+        if record.get("status") == "done" and record.get("config") == config:
+            return dict(record, row=run.row.id, seed=run.seed)
+    return None
+
+
 def model_facts(checkpoint) -> dict:
     """Unique parameters and layer applications of a fairseq checkpoint.
 
@@ -244,13 +268,20 @@ def run_experiment(
     progress_interval: float = 60.0,
     env: Optional[dict] = None,
     on_run_done: Optional[Callable[[Run, dict], None]] = None,
+    known: Optional[Dict[str, dict]] = None,
+    deadline: Optional[float] = None,
 ) -> List[dict]:
-    """Train and evaluate every run that is not done yet; returns every run's record."""
+    """Train and evaluate every run that is not done yet; returns every run's record.
+
+    ``known``: records of earlier sessions (run name -> record) that count as done when
+    their config matches. ``deadline`` (a ``time.time()`` value): no run starts after it,
+    and trainings still going then are stopped (they resume from their last checkpoint
+    when the command runs again on the same output folder).
+    """
     output = Path(output)
     pending = []
     for run in experiment.runs():
-        paths = run_paths(output, run)
-        if read_record(paths).get("status") == "done":
+        if finished_record(experiment, run, output, known, max_update, max_epoch) is not None:
             log(f"{run.name}: done already, skipped")
         else:
             pending.append(run)
@@ -258,14 +289,26 @@ def run_experiment(
     running = []  # (run, paths, process, log file, started)
     failures = []
     last_progress = time.time()
+    stopped = []
     while pending or running:
+        if deadline is not None and time.time() >= deadline:
+            for run, paths, process, handle, _ in running:
+                process.terminate()
+                process.wait()
+                handle.close()
+                stopped.append(run.name)
+            stopped += [run.name for run in pending]
+            log(f"time limit reached: {len(stopped)} runs not finished ({', '.join(stopped)});"
+                " run the same command again to continue")
+            break
         while pending and len(running) < max(1, jobs):
             run = pending.pop(0)
             paths = run_paths(output, run)
             paths.root.mkdir(parents=True, exist_ok=True)
             cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch)
             record = read_record(paths)
-            record.update(status="training", row=run.row.id, seed=run.seed, command=cmd[1:], jobs=jobs)
+            record.update(status="training", row=run.row.id, seed=run.seed, command=cmd[1:], jobs=jobs,
+                          config=run_config(experiment, run, max_update, max_epoch))
             write_record(paths, record)
             log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
             handle = open(paths.train_log, "a", encoding="utf-8")
@@ -304,4 +347,14 @@ def run_experiment(
         running = still
     if failures:
         raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (their train.log says why)")
-    return [dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed) for run in experiment.runs()]
+    return collect_records(experiment, output, known, max_update, max_epoch)
+
+
+def collect_records(experiment: Experiment, output, known: Optional[Dict[str, dict]] = None,
+                    max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> List[dict]:
+    """Every run's record: the finished one (this session's or ``known``), else what is there."""
+    records = []
+    for run in experiment.runs():
+        done = finished_record(experiment, run, output, known, max_update, max_epoch)
+        records.append(done or dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed))
+    return records
