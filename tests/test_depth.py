@@ -177,6 +177,10 @@ def test_checkpoint_without_the_record_fails_with_the_fix():
     wrong, _ = nmt((3, 2), decoder_trained_recursions=3, decoder_groups="2,1,1")
     with pytest.raises(ValueError, match="NLLs for 2 decoder recursions, but the model was built with 3"):
         wrong.load_state_dict(dict(state))
+    # per-recursion groups of an old checkpoint: the error says the same
+    with pytest.raises(ValueError, match=r"--encoder-groups has 3 values but there are 1 recursions.*"
+                                         r"'encoder_recursions': 1, 'encoder_trained_recursions': 3"):
+        nmt((1, 2), encoder_groups="2,1,1")
     # without NLLs the weights do not depend on the recursions: a shallower build loads them
     plain, _ = nmt((3, 2), nll_ratio=0.0)
     nmt((1, 1), nll_ratio=0.0, encoder_groups="2", decoder_groups="2")[0].load_state_dict(plain.state_dict())

@@ -108,13 +108,20 @@ def recursion_schedule(args, side: str) -> RecursionSchedule:
     names = {name: f"--{side}-{name}" for name in ("recursions", "groups", "partition")}
     if trained is not None and trained != recursions:
         names["recursions"] = f"{side}_trained_recursions"
-    schedule = RecursionSchedule.parse(
-        built,
-        groups=getattr(args, f"{side}_groups"),
-        partition=getattr(args, f"{side}_partition"),
-        causal=side == "decoder",
-        names=names,
-    )
+    groups, partition = getattr(args, f"{side}_groups"), getattr(args, f"{side}_partition")
+    try:
+        schedule = RecursionSchedule.parse(
+            built, groups=groups, partition=partition, causal=side == "decoder", names=names
+        )
+    except ValueError as exc:
+        listed = max(_listed(groups), _listed(partition))
+        if built == recursions and isinstance(built, int) and 1 < listed and built < listed:
+            raise ValueError(
+                f"{exc}. (Loading a checkpoint saved without {side}_trained_recursions at a smaller"
+                f" depth? Give the trained count too: --model-overrides \"{{'{side}_recursions':"
+                f" {recursions}, '{side}_trained_recursions': {listed}}}\")"
+            ) from None
+        raise
     if isinstance(recursions, int) and not isinstance(recursions, bool) and recursions > built:
         raise ValueError(
             f"--{side}-recursions={recursions} is larger than the {built} recursions this model was"
@@ -122,6 +129,13 @@ def recursion_schedule(args, side: str) -> RecursionSchedule:
             f" {built}, e.g. --model-overrides \"{{'{side}_recursions': {built}}}\""
         )
     return schedule.with_depth(recursions, name=f"--{side}-recursions")
+
+
+def _listed(value) -> int:
+    """How many per-recursion values an option lists (``"2,1"`` -> 2)."""
+    if isinstance(value, str):
+        return len(value.split(","))
+    return len(value) if isinstance(value, (list, tuple)) else 1
 
 
 def record_trained_recursions(args) -> None:
