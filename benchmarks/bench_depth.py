@@ -14,7 +14,8 @@ default to 1 .. the trained count (a side with fewer recursions stays at its ful
 Decoding: the whole ``--subset`` with beam ``--beam`` (fairseq's sequence generator via
 ``task.inference_step``, as fairseq-generate), batches built once, the depths timed
 round-robin (``--rounds``); sentences/s is the median round, and the ratio is over the
-checkpoint's full depth. BLEU: sacreBLEU of the detokenized hypotheses against the data
+checkpoint's full depth. tokens/hypothesis (EOS included) shows how much decoding a depth
+did: a depth that never learned to stop decodes to fairseq's maximum length. BLEU: sacreBLEU of the detokenized hypotheses against the data
 set's references when the data-bin was made by ``sret-prepare`` (its ``sret_data.json``),
 otherwise against the data-bin's own target sentences.
 """
@@ -210,11 +211,13 @@ def bench_checkpoint(checkpoint, args, device, clock) -> List[list]:
                 torch.cuda.synchronize(device)
             seconds[d].append(now() - start)
     rows = []
+    label = "/".join(Path(checkpoint).parts[-2:])  # folder/checkpoint_last.pt
     reference = n / median(seconds[trained])
     for d in depths:
         speed = n / median(seconds[d])
         score, scored_against = bleu(task, args.data, args.subset, hypotheses(task, outputs[d], n))
-        rows.append([Path(checkpoint).name, f"{d[0]}/{d[1]}", f"{trained[0]}/{trained[1]}", n,
+        length = sum(len(h[0]["tokens"]) for _, hypos in outputs[d] for h in hypos) / n
+        rows.append([label, f"{d[0]}/{d[1]}", f"{trained[0]}/{trained[1]}", n, f"{length:.1f}",
                      f"{speed:.1f}", f"{speed / reference:.2f}x", f"{score:.2f}"])
     print(f"BLEU of {checkpoint}: {scored_against}", flush=True)
     return rows
@@ -241,7 +244,8 @@ def main(argv=None) -> int:
     print_table(
         f"decoding at every depth: beam {args.beam}, subset '{args.subset}', {clock_note(clock)},"
         f" median of {args.rounds} round(s)",
-        ["checkpoint", "depth enc/dec", "trained enc/dec", "sentences", "sentences/s", "vs full depth", "BLEU"],
+        ["checkpoint", "depth enc/dec", "trained enc/dec", "sentences", "tokens/hypothesis", "sentences/s",
+         "vs full depth", "BLEU"],
         rows,
     )
     return 0

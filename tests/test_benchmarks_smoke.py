@@ -86,9 +86,10 @@ def test_bench_nmt_smoke():
 def test_bench_depth_smoke():
     out = run_script("bench_depth")
     assert "### decoding at every depth: beam 5" in out
-    table = rows(out, "checkpoint_last.pt")
+    table = rows(out, "ckpt/checkpoint_last.pt")
     assert [r.split("|")[2].strip() for r in table] == ["1/1", "2/2"], out
     assert all("| 2/2 | 20 |" in r for r in table)  # trained with 2+2 recursions, 20 test sentences
+    assert all(len(r.split("|")) == 10 for r in table)
     assert "| 1.00x |" in table[1]
     assert all(re.search(r"\| \d+\.\d\d \|$", r) for r in table)  # a BLEU per depth
 
