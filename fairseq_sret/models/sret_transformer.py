@@ -161,16 +161,15 @@ def check_checkpoint_recursions(state_dict, name: str, recursive: Recursive, sid
     if saved > built:
         raise ValueError(
             f"{name}: the checkpoint holds NLLs for {saved} {side} recursions, the model was built with"
-            f" {built}: the checkpoint does not record the recursions it was trained with (saved before"
-            f" {side}_trained_recursions existed). To run it at depth {built}, give the trained count"
-            f" too: --model-overrides \"{{'{side}_recursions': {built}, '{side}_trained_recursions':"
-            f" {saved}}}\" (hub: from_pretrained(..., {side}_recursions={built},"
-            f" {side}_trained_recursions={saved}))"
+            f" {built}. A checkpoint saved before {side}_trained_recursions was recorded, run at depth"
+            f" {built}, needs the trained count too: --model-overrides \"{{'{side}_recursions': {built},"
+            f" '{side}_trained_recursions': {saved}}}\" (hub: from_pretrained(..., {side}_recursions={built},"
+            f" {side}_trained_recursions={saved})); training from it needs --{side}-recursions {saved}"
         )
     raise ValueError(
         f"{name}: the checkpoint holds NLLs for {saved} {side} recursions, but the model was built"
-        f" with {built} ({side}_trained_recursions={built}); the checkpoint was trained with {saved}:"
-        f" override {side}_trained_recursions to {saved}"
+        f" with {built}: it was trained with {saved} (train with --{side}-recursions {saved}, or give"
+        f" '{side}_trained_recursions': {saved} in --model-overrides)"
     )
 
 
