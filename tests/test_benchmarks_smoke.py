@@ -82,6 +82,18 @@ def test_bench_nmt_smoke():
     assert "target check (train)" in out and "target check (generate)" in out
 
 
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_bench_depth_smoke():
+    out = run_script("bench_depth")
+    assert "### decoding at every depth: beam 5" in out
+    table = rows(out, "ckpt/checkpoint_last.pt")
+    assert [r.split("|")[2].strip() for r in table] == ["1/1", "2/2"], out
+    assert all("| 2/2 | 20 |" in r for r in table)  # trained with 2+2 recursions, 20 test sentences
+    assert all(len(r.split("|")) == 10 for r in table)
+    assert "| 1.00x |" in table[1]
+    assert all(re.search(r"\| \d+\.\d\d \|$", r) for r in table)  # a BLEU per depth
+
+
 def test_gpu_bench_script_dry_run(tmp_path):
     """benchmarks/gpu_bench.sh in its CPU dry-run mode writes its logs under $OUT."""
     env = dict(_env(), SMOKE="1", OUT=str(tmp_path), PYTHON=sys.executable, GPU_BENCH_STEPS="attention")

@@ -21,13 +21,21 @@ def data_bin(tmp_path_factory):
     return preprocess(write_corpus(tmp_path_factory.mktemp("ddp")))
 
 
-def test_two_rank_gloo_training_keeps_shared_weights_identical(data_bin, tmp_path):
+MIXED_DEPTH = ["--criterion", "sret_mixed_depth_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+               "--mixed-depth", "1:0.5"]
+
+
+@pytest.mark.parametrize("criterion", ["plain", "mixed_depth"])
+def test_two_rank_gloo_training_keeps_shared_weights_identical(data_bin, tmp_path, criterion):
+    # mixed depth: the depth-1 pass bypasses the DDP wrapper (one forward per backward);
+    # its gradients must still be reduced, or the ranks' weights would drift apart
     save = tmp_path / "ckpt"
     dump = tmp_path / "rank{rank}.pt"
     common = [
         sys.executable, REPO / "tests" / "fairseq_train_dump.py", dump, data_bin, *SRET, *TRAIN,
         "--encoder-partition", "random", "--decoder-partition", "strided,random",
         "--checkpoint-recursions", "--max-update", "4", "--save-dir", save,
+        *(MIXED_DEPTH if criterion == "mixed_depth" else []),
         "--distributed-world-size", "2", "--distributed-backend", "gloo",
         "--distributed-no-spawn", "--distributed-init-method", f"tcp://127.0.0.1:{free_port()}",
     ]
@@ -48,6 +56,7 @@ def test_two_rank_gloo_training_keeps_shared_weights_identical(data_bin, tmp_pat
         assert proc.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
     assert "ddp_backend='pytorch_ddp'" in logs[0] and "find_unused_parameters=False" in logs[0]
     assert "num_updates=4" in logs[0]
+    assert ("loss_depth1=" in logs[0]) == (criterion == "mixed_depth")
 
     states = [torch.load(str(dump).format(rank=r)) for r in (0, 1)]
     assert [s["num_updates"] for s in states] == [4, 4]

@@ -58,6 +58,16 @@ def test_sret_b_parameters_within_one_percent_of_paper():
     assert abs(count_params(model) - 71.2e6) / 71.2e6 < 0.01
 
 
+def test_sret_ext_within_three_percent_of_the_papers_counts():
+    # the paper's SReT-ExT: 4.0M parameters, 0.7G FLOPs (= MACs); the layout is ours (see sret_ext)
+    model = create_model("sret_ext")
+    assert count_params(model) == 3_938_017 and abs(count_params(model) - 4.0e6) / 4.0e6 < 0.03
+    macs = count_macs(model)
+    assert abs(macs - 687_604_480) / 687_604_480 < 1e-3 and abs(macs - 0.7e9) / 0.7e9 < 0.03
+    assert [len(s.blocks) for s in model.stages] == [1, 2, 3]
+    assert model.cfg.embed_dims == create_model("sret_t").cfg.embed_dims
+
+
 @pytest.mark.parametrize("name,kwargs,expected", OFFICIAL_MACS)
 def test_macs_match_official(name, kwargs, expected):
     # the counting rules are the official ones, so the counts match to 0.1%
@@ -214,7 +224,7 @@ def test_lrc_switch_removes_coefficients():
 
 def test_registry_lists_paper_models():
     names = list_models()
-    for name in ["sret_t", "sret_tl", "sret_s", "sret_b", "sret_t_wo_slice", "sret_tl_wo_slice",
+    for name in ["sret_ext", "sret_t", "sret_tl", "sret_s", "sret_b", "sret_t_wo_slice", "sret_tl_wo_slice",
                  "sret_s_wo_slice", "sret_t_distill", "sret_tl_distill", "sret_s_distill",
                  "sret_t_distill_384", "sret_s_wo_slice_distill_512", "recursive_mixer_b16"]:
         assert name in names

@@ -183,3 +183,17 @@ def test_mixed_precision_settings_and_cpu_bf16_step(image_folder):
     assert script.autocast_settings(torch.device("cpu"), "on") == (True, torch.bfloat16, False)
     stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, amp="on"))
     assert math.isfinite(stats["train_loss"]) and math.isfinite(stats["val_loss"])
+
+
+def test_mixed_depth_training_logs_and_evaluates_every_depth(image_folder, capsys):
+    script = load_script()
+    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=2, mixed_depth="1:0.5"))
+    # the optimised loss is the full depth's plus the weighted shallow one, on the same batches
+    assert stats["train_loss"] == pytest.approx(stats["train_loss_depth2"] + 0.5 * stats["train_loss_depth1"], rel=1e-5)
+    assert stats["train_loss_depth1"] != stats["train_loss_depth2"]
+    assert {"val_acc1_depth1", "val_loss_depth1", "val_acc5_depth1"} <= set(stats)
+    assert math.isfinite(stats["val_loss_depth1"]) and stats["val_loss_depth1"] != stats["val_loss"]
+    for value, message in (("2:0.5", "is the full depth"), ("3", "larger than the 2 recursions"), ("1:x", "number")):
+        with pytest.raises(SystemExit):
+            script.run(common(image_folder, epochs=1, mixed_depth=value))
+        assert message in capsys.readouterr().err

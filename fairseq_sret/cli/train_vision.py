@@ -11,6 +11,8 @@
     # fine-tune at 384 (paper: lr 5e-6, no weight decay), from our or official weights
     sret-train-vision --data DATA --model sret_t_distill_384 --finetune SReT_T_distill.pth \\
         --lr 5e-6 --weight-decay 0 --epochs 30 --warmup-epochs 0
+    # mixed-depth training: add 0.5 x the loss of the model run with one application per block
+    sret-train-vision --data DATA --model sret_t --mixed-depth 1:0.5 --output runs/sret_t_md
     # evaluate, or write a teacher-logits file for the train split
     sret-train-vision --data DATA --model sret_t --eval-only --checkpoint SReT_T.pth
     sret-train-vision --data DATA --model sret_s --checkpoint teacher.pth --dump-logits teacher.pt
@@ -38,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from ..core.depth import check_mixed_depth, parse_mixed_depth
 from ..vision import create_model, load_checkpoint, soft_distillation_loss
 from ..vision.data import EvalTransform, ImageFolder, TrainTransform
 from ..vision.training import cosine_lr, param_groups, topk_correct
@@ -64,6 +67,12 @@ def get_parser():
     p.add_argument("--teacher", default=None, help="teacher model name: on-line soft distillation")
     p.add_argument("--teacher-checkpoint", default=None, help="weights of --teacher")
     p.add_argument("--distill-temperature", type=float, default=1.0)
+    p.add_argument("--mixed-depth", default="",
+                   help="mixed-depth training (the paper's explicit deep supervision): shallower depths"
+                        " trained with the full depth, comma-separated DEPTH[:WEIGHT] (weight 1 if"
+                        " omitted); '1:0.5' adds 0.5 x the loss of the model run with one application"
+                        " per shared block (same weights, same head). Each depth's loss is logged"
+                        " (train_loss_depth<d>) and evaluated (val_acc1_depth<d>)")
     p.add_argument("--checkpoint", default=None, help="weights to evaluate / dump logits with")
     p.add_argument("--finetune", default=None,
                    help="initial weights (official or ours); the position embedding is interpolated"
@@ -140,7 +149,8 @@ def dump_logits(model, dataset, path, batch_size, workers, device, amp):
 
 def run(argv=None) -> dict:
     """Parse ``argv`` and train, evaluate or dump logits; returns the last statistics."""
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
     logging.getLogger("PIL").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
     torch.manual_seed(args.seed)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
@@ -161,6 +171,14 @@ def run(argv=None) -> dict:
         model_kwargs["drop_path_rate"] = args.drop_path
     model = create_model(args.model, **model_kwargs)
     img_size = model.cfg.img_size[0]
+    try:
+        depth_terms = parse_mixed_depth(args.mixed_depth)
+        if depth_terms:
+            if not hasattr(model, "at_depth"):
+                raise ValueError(f"--mixed-depth: {args.model} has no recursive blocks")
+            check_mixed_depth(depth_terms, (model.recursions,), sides=(args.model,))
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.checkpoint:
         load_checkpoint(model, args.checkpoint)
     if args.finetune:
@@ -212,11 +230,16 @@ def run(argv=None) -> dict:
     if args.output:
         os.makedirs(args.output, exist_ok=True)
 
+    def objective(logits, target, soft):
+        if distill:  # the paper's soft distillation: no one-hot label
+            return soft_distillation_loss(logits, soft, args.distill_temperature)
+        return F.cross_entropy(logits.float(), target, label_smoothing=args.label_smoothing)
+
     enabled, dtype, _ = amp
     stats = {}
     for epoch in range(start_epoch, args.epochs):
         model.train()
-        started, loss_sum, seen = time.time(), 0.0, 0
+        started, loss_sum, seen, depth_sums = time.time(), 0.0, 0, {}
         for step, (images, target, index) in enumerate(train_loader):
             if step >= steps_per_epoch:
                 break
@@ -225,6 +248,7 @@ def run(argv=None) -> dict:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
+            soft = None
             with torch.autocast(device.type, dtype=dtype, enabled=enabled):
                 logits = model(images)
                 if teacher is not None:
@@ -232,10 +256,15 @@ def run(argv=None) -> dict:
                         soft = teacher(images)
                 elif teacher_logits is not None:
                     soft = teacher_logits[index].to(device)
-            if distill:  # the paper's soft distillation: no one-hot label
-                loss = soft_distillation_loss(logits, soft, args.distill_temperature)
-            else:
-                loss = F.cross_entropy(logits.float(), target, label_smoothing=args.label_smoothing)
+            loss = objective(logits, target, soft)
+            if depth_terms:  # mixed depth: the same weights and head, fewer applications
+                full = str(model.recursions)
+                depth_sums[full] = depth_sums.get(full, 0.0) + loss.item() * target.numel()
+                for term in depth_terms:
+                    with model.at_depth(term.depths[0]), torch.autocast(device.type, dtype=dtype, enabled=enabled):
+                        term_loss = objective(model(images), target, soft)
+                    depth_sums[term.label] = depth_sums.get(term.label, 0.0) + term_loss.item() * target.numel()
+                    loss = loss + term.weight * term_loss
             if not math.isfinite(loss.item()):
                 raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch} step {step}")
             optimizer.zero_grad(set_to_none=True)
@@ -250,8 +279,13 @@ def run(argv=None) -> dict:
             if args.log_interval and step % args.log_interval == 0:
                 print(f"epoch {epoch} step {step}/{steps_per_epoch} loss {loss.item():.4f} lr {lr:.3e}", flush=True)
         stats = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "lr": lr, "time": time.time() - started}
+        stats.update({f"train_loss_depth{d}": v / max(seen, 1) for d, v in depth_sums.items()})
         if val_loader is not None:
             stats.update({f"val_{k}": v for k, v in evaluate(model, val_loader, device, amp).items()})
+            for term in depth_terms:
+                with model.at_depth(term.depths[0]):
+                    shallow = evaluate(model, val_loader, device, amp)
+                stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
         print(json.dumps(stats), flush=True)
         if args.output:
             with open(os.path.join(args.output, "log.jsonl"), "a") as f:

@@ -7,10 +7,13 @@
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
 - :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
   it runs), parsed and validated from user values in one place.
+- :func:`set_depth` / :func:`at_depth`: run every recursive layer of a model at a chosen
+  depth; :func:`parse_mixed_depth`: the terms of mixed-depth training.
 """
 
 from .attention import SlicedGroupAttention, reorder_cache
 from .block import SReTBlock
+from .depth import DepthTerm, at_depth, check_depth, check_mixed_depth, parse_mixed_depth, set_depth
 from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .partition import PARTITION_MODES, compute_partition
@@ -19,6 +22,7 @@ from .residual import LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep
 
 __all__ = [
+    "DepthTerm",
     "DropPath",
     "FeedForward",
     "LearnableResidual",
@@ -29,7 +33,12 @@ __all__ = [
     "Recursive",
     "SReTBlock",
     "SlicedGroupAttention",
+    "at_depth",
+    "check_depth",
+    "check_mixed_depth",
     "compute_partition",
     "get_activation",
+    "parse_mixed_depth",
     "reorder_cache",
+    "set_depth",
 ]

@@ -8,8 +8,9 @@ and sliced group self-attention (Sec. 4), all from :mod:`fairseq_sret.core`.
 """
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +30,7 @@ from fairseq.models.transformer import (
 )
 
 from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock, get_activation, reorder_cache
+from ..core import depth as recursion_depth
 from ..core.partition import PARTITION_MODES
 
 
@@ -75,6 +77,16 @@ class SReTOptions(FairseqDataclass):
         default=False, metadata={"help": "activation checkpointing of every layer application:"
                                  " memory grows with unique layers, not total depth"}
     )
+    encoder_trained_recursions: Optional[int] = field(
+        default=None, metadata={"help": "recorded at the first build (= --encoder-recursions) and kept"
+                                " in checkpoints: the encoder layers are built with this many"
+                                " recursions and run --encoder-recursions of them, so a checkpoint"
+                                " runs shallower with --model-overrides \"{'encoder_recursions': 1}\""}
+    )
+    decoder_trained_recursions: Optional[int] = field(
+        default=None, metadata={"help": "recorded at the first build (= --decoder-recursions); see"
+                                " --encoder-trained-recursions"}
+    )
 
 
 def recursion_schedule(args, side: str) -> RecursionSchedule:
@@ -82,13 +94,82 @@ def recursion_schedule(args, side: str) -> RecursionSchedule:
 
     Errors name the options (``--encoder-groups``, ...). ``auto`` partitions resolve to
     contiguous-then-random (encoder) and strided-then-random (decoder, causal).
+
+    Depth on demand: the layers are built with ``{side}_trained_recursions`` applications
+    (recorded at the first build, so kept in checkpoints) and run the first
+    ``--{side}-recursions`` of them. A checkpoint loaded with ``--model-overrides
+    "{'encoder_recursions': 1}"`` thus keeps every NLL it was trained with (and loads
+    strictly) and runs one application per layer; the group and partition settings are
+    those of the trained schedule.
     """
-    return RecursionSchedule.parse(
-        getattr(args, f"{side}_recursions"),
-        groups=getattr(args, f"{side}_groups"),
-        partition=getattr(args, f"{side}_partition"),
-        causal=side == "decoder",
-        names={name: f"--{side}-{name}" for name in ("recursions", "groups", "partition")},
+    recursions = getattr(args, f"{side}_recursions")
+    trained = getattr(args, f"{side}_trained_recursions", None)
+    built = recursions if trained is None else trained
+    names = {name: f"--{side}-{name}" for name in ("recursions", "groups", "partition")}
+    if trained is not None and trained != recursions:
+        names["recursions"] = f"{side}_trained_recursions"
+    groups, partition = getattr(args, f"{side}_groups"), getattr(args, f"{side}_partition")
+    try:
+        schedule = RecursionSchedule.parse(
+            built, groups=groups, partition=partition, causal=side == "decoder", names=names
+        )
+    except ValueError as exc:
+        listed = max(_listed(groups), _listed(partition))
+        if built == recursions and isinstance(built, int) and 1 < listed and built < listed:
+            raise ValueError(
+                f"{exc}. (Loading a checkpoint saved without {side}_trained_recursions at a smaller"
+                f" depth? Give the trained count too: --model-overrides \"{{'{side}_recursions':"
+                f" {recursions}, '{side}_trained_recursions': {listed}}}\")"
+            ) from None
+        raise
+    if isinstance(recursions, int) and not isinstance(recursions, bool) and recursions > built:
+        raise ValueError(
+            f"--{side}-recursions={recursions} is larger than the {built} recursions this model was"
+            f" trained with ({side}_trained_recursions={built}); a trained model runs at depth 1 to"
+            f" {built}, e.g. --model-overrides \"{{'{side}_recursions': {built}}}\""
+        )
+    return schedule.with_depth(recursions, name=f"--{side}-recursions")
+
+
+def _listed(value) -> int:
+    """How many per-recursion values an option lists (``"2,1"`` -> 2)."""
+    if isinstance(value, str):
+        return len(value.split(","))
+    return len(value) if isinstance(value, (list, tuple)) else 1
+
+
+def record_trained_recursions(args) -> None:
+    """At the first build, record ``--encoder/decoder-recursions`` as the trained counts
+    (``{side}_trained_recursions``; an existing record, e.g. a checkpoint's, is kept)."""
+    for side in ("encoder", "decoder"):
+        if getattr(args, f"{side}_trained_recursions", None) is None:
+            setattr(args, f"{side}_trained_recursions", getattr(args, f"{side}_recursions"))
+
+
+def check_checkpoint_recursions(state_dict, name: str, recursive: Recursive, side: str) -> None:
+    """A checkpoint's NLLs ``{name}.recursive.nlls.<r>`` must number the recursions the
+    layer was built with; a mismatch (a checkpoint saved before the trained count was
+    recorded, loaded with a depth override) fails saying which override fixes it."""
+    prefix = f"{name}.recursive.nlls." if name else "recursive.nlls."
+    found = {key[len(prefix):].split(".", 1)[0] for key in state_dict if key.startswith(prefix)}
+    if recursive.nlls is None or not found:
+        return
+    saved = max(int(i) for i in found) + 1
+    built = recursive.recursions
+    if saved == built:
+        return
+    if saved > built:
+        raise ValueError(
+            f"{name}: the checkpoint holds NLLs for {saved} {side} recursions, the model was built with"
+            f" {built}. A checkpoint saved before {side}_trained_recursions was recorded, run at depth"
+            f" {built}, needs the trained count too: --model-overrides \"{{'{side}_recursions': {built},"
+            f" '{side}_trained_recursions': {saved}}}\" (hub: from_pretrained(..., {side}_recursions={built},"
+            f" {side}_trained_recursions={saved})); training from it needs --{side}-recursions {saved}"
+        )
+    raise ValueError(
+        f"{name}: the checkpoint holds NLLs for {saved} {side} recursions, but the model was built"
+        f" with {built}: it was trained with {saved} (train with --{side}-recursions {saved}, or give"
+        f" '{side}_trained_recursions': {saved} in --model-overrides)"
     )
 
 
@@ -183,6 +264,7 @@ class SReTEncoderLayer(nn.Module):
         return self.recursive(x.transpose(0, 1), key_padding_mask=encoder_padding_mask).transpose(0, 1)
 
     def upgrade_state_dict_named(self, state_dict, name):
+        check_checkpoint_recursions(state_dict, name, self.recursive, "encoder")
         return state_dict
 
 
@@ -253,6 +335,7 @@ class SReTDecoderLayer(nn.Module):
                     reorder_cache(attention_cache, new_order)
 
     def upgrade_state_dict_named(self, state_dict, name):
+        check_checkpoint_recursions(state_dict, name, self.recursive, "decoder")
         return state_dict
 
 
@@ -299,6 +382,7 @@ class SReTTransformerModel(TransformerModel):
         """Like fairseq's TransformerModel.build_model, keeping the argparse namespace
         (which carries the SReT options) for the encoder and decoder."""
         sret_base_architecture(args)
+        record_trained_recursions(args)
         check_sret_options(args)
         if getattr(args, "max_source_positions", None) is None:
             args.max_source_positions = DEFAULT_MAX_SOURCE_POSITIONS
@@ -331,6 +415,33 @@ class SReTTransformerModel(TransformerModel):
         return SReTTransformerDecoder(
             args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
         )
+
+    # ------------------------------------------------------------ depth on demand
+    @property
+    def trained_recursions(self) -> Tuple[int, int]:
+        """(encoder, decoder): the recursions the layers were built (and trained) with."""
+        return recursion_depth.built_recursions(self.encoder), recursion_depth.built_recursions(self.decoder)
+
+    @property
+    def depth(self) -> Tuple[int, int]:
+        """(encoder, decoder): the applications of each layer that run."""
+        return recursion_depth.current_depth(self.encoder), recursion_depth.current_depth(self.decoder)
+
+    def set_depth(self, encoder: Optional[int] = None, decoder: Optional[int] = None) -> None:
+        """Run the first ``encoder`` / ``decoder`` applications of every layer (None: all
+        the trained ones); the others and their NLLs are skipped. Both are checked first."""
+        recursion_depth.check_depth(self.encoder, encoder, name="encoder depth")
+        recursion_depth.check_depth(self.decoder, decoder, name="decoder depth")
+        recursion_depth.set_depth(self.encoder, encoder, name="encoder depth")
+        recursion_depth.set_depth(self.decoder, decoder, name="decoder depth")
+
+    @contextmanager
+    def at_depth(self, encoder: Optional[int] = None, decoder: Optional[int] = None) -> Iterator["SReTTransformerModel"]:
+        """Temporarily run at ``encoder`` / ``decoder`` depth (None: all the trained
+        applications); the previous depths come back on exit."""
+        with recursion_depth.at_depth(self.encoder, encoder, name="encoder depth"), \
+                recursion_depth.at_depth(self.decoder, decoder, name="decoder depth"):
+            yield self
 
     def lrc_coefficients(self) -> Dict[str, float]:
         """Every LRC coefficient by parameter name (for plots and logs)."""

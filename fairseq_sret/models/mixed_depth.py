@@ -1,0 +1,104 @@
+"""Mixed-depth training for sret_transformer (``--criterion
+sret_mixed_depth_label_smoothed_cross_entropy --mixed-depth 1:0.5``).
+
+The paper's explicit mixed-depth training ("Landscape Visualizations of DeiT and Our
+Mixed-depth SReT"): the full-depth network and shallower networks that re-use its weights
+are trained together, an explicit deep supervision. In one forward/backward the loss is
+
+    L = LS-CE(full depth) + sum_k w_k LS-CE(depth d_k)
+
+where a depth ``d`` runs the first ``d`` applications of every shared layer (and their
+NLLs; the later NLLs are skipped, see :mod:`fairseq_sret.core.depth`). Every depth's
+label-smoothed loss is logged as ``loss_depth<d>`` (``loss_depth<e>_<d>`` for an
+encoder/decoder pair), the full depth's included; ``loss`` is the sum that is optimised
+and ``nll_loss``/``ppl`` are the full depth's. Without ``--mixed-depth`` the criterion is
+fairseq's ``label_smoothed_cross_entropy``.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Tuple
+
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    LabelSmoothedCrossEntropyCriterionConfig,
+)
+from fairseq.logging import metrics
+from torch import nn
+
+from ..core.depth import DepthTerm, check_mixed_depth, parse_mixed_depth
+
+PREFIX = "loss_depth"
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside fairseq's data-parallel wrappers (``.module`` chains)."""
+    while not hasattr(type(model), "at_depth") and isinstance(getattr(model, "module", None), nn.Module):
+        model = model.module
+    return model
+
+
+@dataclass
+class MixedDepthLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    mixed_depth: str = field(
+        default="",
+        metadata={"help": "shallower depths trained with the full depth, each DEPTH[:WEIGHT]"
+                  " (weight 1 if omitted), comma-separated: '1:0.5' adds 0.5 x the loss of the"
+                  " model run with one application per layer; 'ENC/DEC:W' gives the encoder and"
+                  " decoder depths separately ('1/2:0.5'). Empty: plain label-smoothed CE"},
+    )
+
+
+@register_criterion(
+    "sret_mixed_depth_label_smoothed_cross_entropy", dataclass=MixedDepthLabelSmoothedCrossEntropyConfig
+)
+class MixedDepthLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
+    """fairseq's label-smoothed cross-entropy of the full-depth output plus the weighted
+    losses of shallower outputs of the same weights (``--mixed-depth``)."""
+
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
+                 mixed_depth=""):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        self.terms: Tuple[DepthTerm, ...] = parse_mixed_depth(mixed_depth, sides=2)
+        self._checked = None
+
+    def check_model(self, model) -> Tuple[int, int]:
+        """The model's (encoder, decoder) recursions, after checking every term fits them."""
+        if not hasattr(model, "at_depth") or not hasattr(model, "trained_recursions"):
+            raise ValueError(f"--mixed-depth needs an sret_transformer model, got {type(model).__name__}")
+        full = model.trained_recursions
+        if self._checked != full:
+            check_mixed_depth(self.terms, full, sides=("the encoder", "the decoder"))
+            self._checked = full
+        return full
+
+    def forward(self, model, sample, reduce=True):
+        if not self.terms:
+            return super().forward(model, sample, reduce=reduce)
+        inner = unwrap(model)
+        full = self.check_model(inner)
+        with inner.at_depth(None, None):  # the full depth, through the (data-parallel) wrapper
+            loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
+        logging_output[f"{PREFIX}{DepthTerm(full).label}"] = loss.data
+        total = loss
+        for term in self.terms:
+            # The shallower passes call the unwrapped model: a data-parallel wrapper takes
+            # one forward per backward, and the full-depth pass already used every
+            # parameter, so the summed gradients are reduced once, as usual.
+            with inner.at_depth(*term.depths):
+                net_output = inner(**sample["net_input"])
+            term_loss, _ = self.compute_loss(inner, net_output, sample, reduce=reduce)
+            logging_output[f"{PREFIX}{term.label}"] = term_loss.data
+            total = total + term.weight * term_loss
+        logging_output["loss"] = total.data
+        return total, sample_size, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
+        keys = sorted({key for log in logging_outputs for key in log if key.startswith(PREFIX)})
+        for key in keys:
+            value = sum(log.get(key, 0) for log in logging_outputs)
+            metrics.log_scalar(key, value / sample_size / math.log(2), sample_size, round=3)
