@@ -89,7 +89,7 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     results = tmp_path / "results"
-    for name in ("toy.json", "toy.md", "toy_valid_loss.png", "toy_bleu_params.png"):
+    for name in ("toy.json", "toy.md", "toy_valid_loss.png", "toy_bleu_params.png", "toy_bleu_speed.png"):
         assert (results / name).is_file() and (results / name).stat().st_size > 0, name
     data = json.loads((results / "toy.json").read_text())
     assert [r["id"] for r in data["rows"]] == ["transformer", "sret"]
@@ -101,6 +101,10 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
             for subset in ("test", "test1"):
                 assert 0 <= stats[f"bleu/{kind}/{subset}"]["mean"] <= 100
                 assert 0 <= stats[f"chrf/{kind}/{subset}"]["mean"] <= 100
+                assert stats[f"speed/{kind}/{subset}"]["mean"] > 0
+    # the SReT row is also decoded at depth 1 of its 2 recursions (the file's variant)
+    assert data["rows"][1]["stats"]["bleu/best@depth1/test"]["mean"] >= 0
+    assert "bleu/best@depth1/test" not in data["rows"][0]["stats"]  # the transformer row has no depth variant
     sret, transformer = (next(r for r in data["rows"] if r["id"] == i) for i in ("sret", "transformer"))
     assert sret["applications"] == "2+2" and transformer["applications"] == "2+2"
     assert sret["stats"]["params"]["mean"] < transformer["stats"]["params"]["mean"]  # shared layers count once

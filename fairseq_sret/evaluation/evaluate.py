@@ -22,7 +22,7 @@ from ..data.io import read_lines, write_lines
 from ..data.subword import SentencePieceCodec
 from ..data.text import moses_detokenize
 from . import bleu
-from .generate import read_hypotheses, run_generate
+from .generate import generation_speed, read_hypotheses, run_generate
 
 
 def score(meta: dict, data_dir, subset: str, hyps: List[str]) -> List[bleu.BleuResult]:
@@ -90,12 +90,14 @@ def evaluate(
     if output_dir is None:
         output_dir = (Path(checkpoint).parent if checkpoint else Path(generate_output).parent) / "eval"
     output_dir = Path(output_dir)
+    speed = None
     if generate_output is None:
         if checkpoint is None:
             raise ValueError("give a checkpoint or a fairseq-generate output")
-        generate_output = run_generate(data_dir, checkpoint, output_dir, subset=subset, beam=beam, lenpen=lenpen,
+        generate_output, summary = run_generate(data_dir, checkpoint, output_dir, subset=subset, beam=beam, lenpen=lenpen,
                                        max_tokens=max_tokens, batch_size=batch_size, cpu=cpu,
                                        extra_args=extra_args, verbose=verbose)
+        speed = generation_speed(summary)
     num = len(read_lines(data_dir / "text" / f"{subset}.sp.{meta['target_lang']}"))
     pieces = read_hypotheses(generate_output, num)
     hyps = [SentencePieceCodec.decode(p) for p in pieces]
@@ -113,6 +115,8 @@ def evaluate(
         "hypotheses": str(output_dir / f"{subset}.hyp"),
         "beam": beam,
         "lenpen": lenpen,
+        "generate_args": list(extra_args),
+        "speed": speed,
         "scores": [r.as_dict() for r in results],
     }
     (output_dir / f"{subset}.results.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",

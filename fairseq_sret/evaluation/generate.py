@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import log
 
@@ -28,12 +28,14 @@ def run_generate(
     extra_args: Sequence[str] = (),
     verbose: bool = False,
     in_process: bool = True,
-) -> Path:
+) -> Tuple[Path, Optional[str]]:
     """Translate ``subset`` with fairseq-generate (our plugin loaded with ``--user-dir``).
 
     The hypotheses are written as fairseq prints them (subword pieces, no post-processing)
-    to ``results_dir/generate-SUBSET.txt``, which is returned. ``in_process=False`` runs
-    ``python -m fairseq_cli.generate`` in a subprocess instead of calling it here.
+    to ``results_dir/generate-SUBSET.txt``. Returns that path and fairseq's summary line
+    (``Translated N sentences (T tokens) in S s (X sentences/s, Y tokens/s)``).
+    ``in_process=False`` runs ``python -m fairseq_cli.generate`` in a subprocess instead of
+    calling it here.
     """
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -64,7 +66,18 @@ def run_generate(
             raise RuntimeError(f"fairseq-generate failed (exit {result.returncode}):\n{output[-4000:]}")
         summary = re.findall(r"Translated .*", output)
     log(f"done in {time.time() - start:.0f}s" + (f": {summary[-1]}" if summary else ""), "evaluate")
-    return results_dir / f"generate-{subset}.txt"
+    return results_dir / f"generate-{subset}.txt", (summary[-1] if summary else None)
+
+
+_SPEED = re.compile(r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")
+
+
+def generation_speed(summary: Optional[str]) -> Optional[Dict[str, float]]:
+    """``{"sentences_per_second", "tokens_per_second"}`` from fairseq-generate's summary line."""
+    match = _SPEED.search(summary or "")
+    if match is None:
+        return None
+    return {"sentences_per_second": float(match.group(1)), "tokens_per_second": float(match.group(2))}
 
 
 class _Collect(logging.Handler):

@@ -17,6 +17,9 @@ and the rows; each row is an architecture with its flags and seeds::
       subsets: [test, test1]
       checkpoints: [best, last5]           # checkpoint_best.pt; average of the last 5 epochs
                                            # (last5u: of the last 5 update checkpoints)
+      variants:                            # optional: each checkpoint also decoded with extra
+        depth1: >-
+          --model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}"
     rows:
       - id: sret_3x2
         title: "SReT 3x2 (default)"
@@ -24,6 +27,7 @@ and the rows; each row is an architecture with its flags and seeds::
         args: ""                           # extra flags of this row
         seeds: [1, 2, 3]
         max_update: 0                      # this row's own update cap (0: the schedule's)
+        variants: [""]                     # the eval variants of this row (default: all)
 
 Every (row, seed) is one *run*. :func:`load_experiment` validates the file and expands it.
 """
@@ -59,6 +63,8 @@ class Evaluation:
     subsets: List[str] = field(default_factory=lambda: ["test"])
     checkpoints: List[str] = field(default_factory=lambda: ["best"])
     max_tokens: int = 8000
+    #: name -> extra fairseq-generate flags, e.g. a depth override; "" = as trained
+    variants: Dict[str, List[str]] = field(default_factory=lambda: {"": []})
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class Row:
     notes: str = ""
     #: this row's update cap instead of the schedule's (e.g. equal time for a cheaper model)
     max_update: int = 0
+    #: the eval variants that apply to this row (None: all; "" is the model as trained)
+    variants: Optional[List[str]] = None
 
     @property
     def label(self) -> str:
@@ -171,7 +179,13 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
         raise ExperimentError(f"{where}: train needs a cap: max_epoch and/or max_update")
 
     ev = raw.get("eval") or {}
-    _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens"], f"{where}: eval")
+    _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens", "variants"], f"{where}: eval")
+    variants = ev.get("variants") or {"": ""}
+    if not isinstance(variants, dict):
+        raise ExperimentError(f"{where}: eval.variants must map names to fairseq-generate flags, got {variants!r}")
+    for key in variants:
+        if key and not _ID.match(str(key)):
+            raise ExperimentError(f"{where}: eval.variants: name {key!r} must be letters, digits, '_', '.', '-'")
     checkpoints = list(ev.get("checkpoints", ["best"]))
     for kind in checkpoints:
         if kind not in CHECKPOINT_KINDS and not AVERAGE.fullmatch(str(kind)):
@@ -185,12 +199,19 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
         subsets=[str(s) for s in ev.get("subsets", ["test"])],
         checkpoints=checkpoints,
         max_tokens=_int(ev.get("max_tokens", 8000), f"{where}: eval.max_tokens", 1),
+        variants={str(k or ""): _args(v, f"{where}: eval.variants.{k}") for k, v in variants.items()},
     )
 
     rows = []
     for i, item in enumerate(raw.get("rows") or []):
         at = f"{where}: rows[{i}]"
-        _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update"], at)
+        _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update", "variants"], at)
+        row_variants = item.get("variants")
+        if row_variants is not None:
+            row_variants = [str(v or "") for v in row_variants]
+            unknown = sorted(set(row_variants) - set(evaluation.variants))
+            if unknown:
+                raise ExperimentError(f"{at}.variants: {unknown} are not in eval.variants {sorted(evaluation.variants)}")
         for key in ("id", "arch"):
             if not item.get(key):
                 raise ExperimentError(f"{at}: '{key}' is required")
@@ -200,7 +221,7 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
             id=str(item["id"]), arch=str(item["arch"]), title=str(item.get("title", "")),
             args=_args(item.get("args"), f"{at}.args"),
             seeds=_seeds(item.get("seeds", default_seeds), f"{at}.seeds"), notes=str(item.get("notes", "")),
-            max_update=_int(item.get("max_update", 0), f"{at}.max_update"),
+            max_update=_int(item.get("max_update", 0), f"{at}.max_update"), variants=row_variants,
         ))
     if not rows:
         raise ExperimentError(f"{where}: no rows")

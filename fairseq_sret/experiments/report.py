@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .config import Experiment, describe
+from .runner import evaluation_key
+
+
+def evaluation_keys(experiment: Experiment) -> List[str]:
+    """Every evaluated (checkpoint kind, variant): ``best``, ``best@depth1``, ``last5``, ..."""
+    ev = experiment.evaluation
+    return [evaluation_key(kind, variant) for kind in ev.checkpoints for variant in ev.variants]
 
 
 def primary_score(scores: Sequence[dict]) -> Optional[dict]:
@@ -40,6 +47,8 @@ def run_values(record: dict, experiment: Experiment) -> Dict[str, Optional[float
             bleu, chrf = primary_score(result["scores"]), chrf_score(result["scores"])
             values[f"bleu/{kind}/{subset}"] = bleu["score"] if bleu else None
             values[f"chrf/{kind}/{subset}"] = chrf["score"] if chrf else None
+            speed = result.get("speed") or {}
+            values[f"speed/{kind}/{subset}"] = speed.get("sentences_per_second")
     return values
 
 
@@ -142,7 +151,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
              plots: Dict[str, Path]) -> str:
     ev = experiment.evaluation
     subsets = _subset_names(records)
-    kinds = ev.checkpoints
+    kinds = evaluation_keys(experiment)
     lines = [f"# {experiment.title}", "",
              f"Produced by `{command}` (experiment file `{experiment.path}`).", "",
              "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".", ""]
@@ -155,7 +164,10 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
     if sched.max_update:
         stop.append(f"{'at most ' if sched.patience or sched.max_epoch else ''}{sched.max_update} updates")
     lines += [f"Every row: `{' '.join(sched.args)}`, trained {', '.join(stop)}; beam {ev.beam}, "
-              f"lenpen {ev.lenpen}. Numbers are mean ± std over the seeds done (n in the seeds column)."
+              f"lenpen {ev.lenpen}"
+              + "".join(f"; `@{name}`: decoded with `{' '.join(flags)}`" for name, flags in ev.variants.items() if name)
+              + ". Numbers are mean ± std over the seeds done (n in the seeds column); sent/s is"
+              " fairseq-generate's own count (batches of the eval's max tokens)."
               " Seconds: wall clock of the training process (fairseq's `wall`), with the runs trained"
               " side by side as recorded in the JSON.", ""]
     if experiment.notes:
@@ -167,6 +179,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
             name = subsets.get(subset, subset)
             header.append(f"BLEU {name} ({kind})")
             header.append(f"chrF {name} ({kind})")
+        header.append(f"sent/s {subsets.get(ev.subsets[0], ev.subsets[0])} ({kind})")
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         s = row["stats"]
@@ -179,6 +192,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
             for subset in ev.subsets:
                 cells.append(_fmt(s.get(f"bleu/{kind}/{subset}")))
                 cells.append(_fmt(s.get(f"chrf/{kind}/{subset}")))
+            cells.append(_fmt(s.get(f"speed/{kind}/{ev.subsets[0]}"), 1))
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Each seed:", "", "| row | seed | best valid loss | best at update | seconds to best | "
               + " | ".join(f"BLEU {subsets.get(x, x)} ({k})" for k in kinds for x in ev.subsets) + " |",
@@ -233,7 +247,26 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     plt.close(fig)
 
     subset = experiment.evaluation.subsets[0]
-    kind = experiment.evaluation.checkpoints[0]
+    kind = evaluation_keys(experiment)[0]
+    fig, axis = plt.subplots(figsize=(6.5, 4.5))
+    marks = "osD^v<>p*h"
+    for row in rows:
+        for i, key in enumerate(evaluation_keys(experiment)):
+            speed, bleu = row["stats"].get(f"speed/{key}/{subset}"), row["stats"].get(f"bleu/{key}/{subset}")
+            if not speed or not bleu or speed.get("mean") is None or bleu.get("mean") is None:
+                continue
+            axis.errorbar(speed["mean"], bleu["mean"], xerr=speed.get("std") or 0, yerr=bleu.get("std") or 0,
+                          fmt=marks[i % len(marks)], color=colors[row["id"]], capsize=3, label=f"{row['id']} {key}")
+    axis.set_xlabel(f"sentences/s, {subset} (beam {experiment.evaluation.beam})")
+    axis.set_ylabel(f"BLEU {subset}")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=6)
+    axis.set_title(f"{experiment.title}: BLEU against decoding speed")
+    fig.tight_layout()
+    paths["BLEU against speed"] = results_dir / f"{experiment.name}_bleu_speed.png"
+    fig.savefig(paths["BLEU against speed"], dpi=110)
+    plt.close(fig)
+
     fig, axis = plt.subplots(figsize=(6.5, 4.5))
     for row in rows:
         params, bleu = row["stats"].get("params"), row["stats"].get(f"bleu/{kind}/{subset}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, Run
+from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, Row, Run
 
 USER_DIR = Path(__file__).resolve().parents[1]
 _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
@@ -164,10 +164,12 @@ def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = Non
     schedule = experiment.schedule
     return {
         "arch": run.row.arch, "args": [*schedule.args, *run.row.args], "seed": run.seed,
+        "variants": run.row.variants,
         "max_update": (run.row.max_update or schedule.max_update) if max_update is None else max_update,
         "max_epoch": schedule.max_epoch if max_epoch is None else max_epoch, "patience": schedule.patience,
         "eval": {"beam": experiment.evaluation.beam, "lenpen": experiment.evaluation.lenpen,
-                 "subsets": list(experiment.evaluation.subsets), "checkpoints": list(experiment.evaluation.checkpoints)},
+                 "subsets": list(experiment.evaluation.subsets), "checkpoints": list(experiment.evaluation.checkpoints),
+                 "variants": dict(experiment.evaluation.variants)},
     }
 
 
@@ -225,20 +227,33 @@ def _checkpoint_for(kind: str, paths: RunPaths) -> Path:
     return target
 
 
-def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool = False) -> dict:
-    """Scores of every checkpoint kind on every subset: ``{kind: {subset: report}}``."""
+def evaluation_key(kind: str, variant: str) -> str:
+    """``best`` (as trained) or ``best@depth1`` (with a variant's generate flags)."""
+    return f"{kind}@{variant}" if variant else kind
+
+
+def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool = False,
+                 row: Optional[Row] = None) -> dict:
+    """Scores and generation speed of every checkpoint kind (and variant) on every subset:
+    ``{key: {subset: result}}`` with keys from :func:`evaluation_key`."""
     from ..evaluation.evaluate import evaluate
 
     ev = experiment.evaluation
     results: Dict[str, Dict[str, dict]] = {}
     for kind in ev.checkpoints:
         checkpoint = _checkpoint_for(kind, paths)
-        for subset in ev.subsets:
-            report = evaluate(data, checkpoint=checkpoint, subset=subset, output_dir=paths.eval_dir / kind,
-                              beam=ev.beam, lenpen=ev.lenpen, max_tokens=ev.max_tokens, cpu=cpu)
-            results.setdefault(kind, {})[subset] = {
-                "subset_name": report["subset_name"], "sentences": report["sentences"], "scores": report["scores"],
-            }
+        for variant, flags in ev.variants.items():
+            if row is not None and row.variants is not None and variant not in row.variants:
+                continue
+            key = evaluation_key(kind, variant)
+            for subset in ev.subsets:
+                report = evaluate(data, checkpoint=checkpoint, subset=subset, output_dir=paths.eval_dir / key,
+                                  beam=ev.beam, lenpen=ev.lenpen, max_tokens=ev.max_tokens, cpu=cpu,
+                                  extra_args=flags)
+                results.setdefault(key, {})[subset] = {
+                    "subset_name": report["subset_name"], "sentences": report["sentences"],
+                    "scores": report["scores"], "speed": report.get("speed"), "generate_args": flags,
+                }
     return results
 
 
@@ -339,7 +354,7 @@ def run_experiment(
             log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
                 f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
             record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
-            record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu)
+            record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row)
             record["status"] = "done"
             write_record(paths, record)
             if on_run_done is not None:
