@@ -7,20 +7,24 @@
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
 - :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
   it runs), parsed and validated from user values in one place.
+- :func:`lrc_add` / :func:`lrc_add_norm` (:mod:`.fused`): residual + LRC (+ LayerNorm) as one
+  operation, a Triton kernel on CUDA; :func:`fast_paths` switches the fast paths.
 """
 
 from .attention import SlicedGroupAttention, reorder_cache
 from .block import SReTBlock
 from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
+from .fused import fast_paths, lrc_add, lrc_add_norm
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive
-from .residual import LearnableResidual
+from .residual import FoldedResidual, LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep
 
 __all__ = [
     "DropPath",
     "FeedForward",
+    "FoldedResidual",
     "LearnableResidual",
     "NonLinearProjection",
     "PARTITION_MODES",
@@ -30,6 +34,9 @@ __all__ = [
     "SReTBlock",
     "SlicedGroupAttention",
     "compute_partition",
+    "fast_paths",
     "get_activation",
+    "lrc_add",
+    "lrc_add_norm",
     "reorder_cache",
 ]

@@ -1,0 +1,192 @@
+"""Residual + LRC (+ LayerNorm) as one operation.
+
+An LRC residual is ``res = skip_scale * x + branch_scale * y`` (paper Eq. 7-8), and in a
+pre-LN layer the next sub-layer's LayerNorm reads ``res`` right away. This module computes
+both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=True``):
+
+- :func:`lrc_add_ref` and :func:`lrc_add_norm_ref` are the definition (plain PyTorch);
+- :func:`lrc_add` and :func:`lrc_add_norm` are what the modules call. They pick, at run time:
+
+  * the Triton kernels below (one kernel forward, one backward, plus tiny reductions for
+    the parameter gradients) for CUDA tensors when Triton is importable, outside
+    ``torch.compile`` (which fuses the PyTorch form itself) and without module hooks on the
+    LayerNorm;
+  * otherwise PyTorch: ``torch.addcmul(skip_scale * x, branch_scale, y)``, two element-wise
+    kernels instead of three (same arithmetic: each product rounded, then the sum), then the
+    LayerNorm module.
+
+Scales are a one-element tensor (a learnable LRC coefficient, gradients flow to it), a
+Python float (a constant, e.g. after :func:`fairseq_sret.core.fold_lrc`) or None (1).
+
+:func:`fast_paths` switches the choices (benchmarks measure before/after in one process):
+``lrc_one_op=False`` restores the three-kernel ``skip_scale * x + branch_scale * y``;
+``fused="off"`` never uses Triton, ``"force"`` uses it for CPU tensors too (tests, under
+``TRITON_INTERPRET=1``). Triton stays optional (``pip install fairseq-sret[kernels]``).
+"""
+
+import functools
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Scale = Union[None, float, Tensor]
+
+
+@dataclass(frozen=True)
+class FastPaths:
+    """Run-time choices of the residual fast paths (see the module docstring)."""
+
+    lrc_one_op: bool = True
+    fused: str = "auto"  # "auto" | "off" | "force"
+
+
+_FAST = FastPaths()
+_FUSED_MODES = ("auto", "off", "force")
+
+
+def get_fast_paths() -> FastPaths:
+    return _FAST
+
+
+def set_fast_paths(**changes) -> FastPaths:
+    """Change the fast-path choices process-wide; returns the previous ones."""
+    global _FAST
+    if "fused" in changes and changes["fused"] not in _FUSED_MODES:
+        raise ValueError(f"fused must be one of {_FUSED_MODES}, got {changes['fused']!r}")
+    previous = _FAST
+    _FAST = replace(_FAST, **changes)
+    return previous
+
+
+@contextmanager
+def fast_paths(**changes) -> Iterator[FastPaths]:
+    """``with fast_paths(fused="off"): ...``: the choices for the duration of the block."""
+    previous = set_fast_paths(**changes)
+    try:
+        yield _FAST
+    finally:
+        set_fast_paths(**vars(previous))
+
+
+# ----------------------------------------------------------------------------- definition
+def lrc_add_ref(x: Tensor, y: Tensor, skip_scale: Scale = None, branch_scale: Scale = None) -> Tensor:
+    """Definition: ``skip_scale * x + branch_scale * y`` (None = 1)."""
+    if skip_scale is not None:
+        x = skip_scale * x
+    if branch_scale is not None:
+        y = branch_scale * y
+    return x + y
+
+
+def lrc_add_norm_ref(
+    x: Tensor, y: Tensor, skip_scale: Scale, branch_scale: Scale,
+    weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+) -> Tuple[Tensor, Tensor]:
+    """Definition: ``res = lrc_add_ref(...)``; returns ``(res, layer_norm(res))`` over the last dim."""
+    res = lrc_add_ref(x, y, skip_scale, branch_scale)
+    return res, F.layer_norm(res, res.shape[-1:], weight, bias, eps)
+
+
+# ----------------------------------------------------------------------------- PyTorch path
+def _lrc_add_torch(x: Tensor, y: Tensor, skip_scale: Scale, branch_scale: Scale) -> Tensor:
+    if skip_scale is None and branch_scale is None:
+        return x + y
+    if not _FAST.lrc_one_op:
+        return lrc_add_ref(x, y, skip_scale, branch_scale)
+    if isinstance(branch_scale, Tensor):
+        if skip_scale is not None:
+            x = skip_scale * x
+        return torch.addcmul(x, branch_scale, y)
+    if isinstance(skip_scale, Tensor):  # branch_scale a constant or None
+        if branch_scale is not None:
+            y = branch_scale * y
+        return torch.addcmul(y, skip_scale, x)
+    # constants only (a folded model): y + a * x in one kernel
+    if branch_scale is not None:
+        y = branch_scale * y
+    return y + x if skip_scale is None or skip_scale == 1.0 else torch.add(y, x, alpha=skip_scale)
+
+
+# ----------------------------------------------------------------------------- dispatch
+@functools.lru_cache(maxsize=None)
+def triton_available() -> bool:
+    """True when Triton imports and can run: on CUDA, or on the CPU under ``TRITON_INTERPRET=1``
+    (set before the first call). ``SRET_DISABLE_TRITON=1`` turns it off."""
+    if os.environ.get("SRET_DISABLE_TRITON", "0") == "1":
+        return False
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return False
+    try:
+        from . import _triton_kernels  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _no_hooks(module: Optional[nn.Module]) -> bool:
+    if module is None:
+        return True
+    from torch.nn.modules import module as _m
+
+    return not (
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+        or _m._global_forward_hooks or _m._global_forward_pre_hooks or _m._global_backward_hooks
+    )
+
+
+def _use_triton(x: Tensor, y: Tensor, norm: Optional[nn.LayerNorm] = None) -> bool:
+    mode = _FAST.fused
+    if mode == "off" or torch.compiler.is_compiling():
+        return False
+    if x.device.type != "cuda" and mode != "force":
+        return False
+    if x.shape != y.shape or x.device != y.device or not (x.is_floating_point() and y.is_floating_point()):
+        return False
+    if x.dim() == 0 or x.numel() == 0 or x.size(-1) > 8192:
+        return False
+    if norm is not None:
+        if not isinstance(norm, nn.LayerNorm) or tuple(norm.normalized_shape) != (x.size(-1),):
+            return False
+        if not _no_hooks(norm):
+            return False
+    return triton_available()
+
+
+def fused_kernels_active(x: Tensor) -> bool:
+    """Whether :func:`lrc_add_norm` can use the Triton kernel for tensors like ``x`` (device,
+    mode, Triton); callers that must restructure to use it (chaining LayerNorms across
+    modules) ask first and keep their plain code path otherwise."""
+    return _use_triton(x, x)
+
+
+def lrc_add(x: Tensor, y: Tensor, skip_scale: Scale = None, branch_scale: Scale = None) -> Tensor:
+    """``skip_scale * x + branch_scale * y``: one Triton kernel on CUDA, else two (or one) PyTorch ones."""
+    if (skip_scale is not None or branch_scale is not None) and _use_triton(x, y):
+        if all(not isinstance(s, Tensor) or (s.numel() == 1 and s.device == x.device) for s in (skip_scale, branch_scale)):
+            from ._triton_kernels import lrc_add_norm_triton
+
+            return lrc_add_norm_triton(x, y, skip_scale, branch_scale, None, None, 0.0, norm=False)
+    return _lrc_add_torch(x, y, skip_scale, branch_scale)
+
+
+def lrc_add_norm(
+    x: Tensor, y: Tensor, skip_scale: Scale, branch_scale: Scale, norm: nn.LayerNorm
+) -> Tuple[Tensor, Tensor]:
+    """``res = skip_scale * x + branch_scale * y`` and ``norm(res)``; returns ``(res, norm(res))``.
+
+    One Triton kernel (forward and backward) where :func:`_use_triton` allows it; otherwise
+    :func:`lrc_add` followed by the LayerNorm module itself.
+    """
+    if _use_triton(x, y, norm) and all(
+        not isinstance(s, Tensor) or (s.numel() == 1 and s.device == x.device) for s in (skip_scale, branch_scale)
+    ):
+        from ._triton_kernels import lrc_add_norm_triton
+
+        return lrc_add_norm_triton(x, y, skip_scale, branch_scale, norm.weight, norm.bias, norm.eps, norm=True)
+    res = _lrc_add_torch(x, y, skip_scale, branch_scale)
+    return res, norm(res)
