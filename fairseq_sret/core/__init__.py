@@ -7,6 +7,7 @@
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
 - :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
   it runs), parsed and validated from user values in one place.
+- :func:`fold_lrc`: an inference copy with the LRC coefficients folded into weights.
 - :func:`lrc_add` / :func:`lrc_add_norm` (:mod:`.fused`): residual + LRC (+ LayerNorm) as one
   operation, a Triton kernel on CUDA; :func:`fast_paths` switches the fast paths.
 """
@@ -15,6 +16,7 @@ from .attention import SlicedGroupAttention, reorder_cache
 from .block import SReTBlock
 from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
+from .fold import fold_lrc
 from .fused import fast_paths, lrc_add, lrc_add_norm
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive
@@ -35,6 +37,7 @@ __all__ = [
     "SlicedGroupAttention",
     "compute_partition",
     "fast_paths",
+    "fold_lrc",
     "get_activation",
     "lrc_add",
     "lrc_add_norm",
