@@ -21,7 +21,9 @@ Python float (a constant, e.g. after :func:`fairseq_sret.core.fold_lrc`) or None
 :func:`fast_paths` switches the choices (benchmarks measure before/after in one process):
 ``lrc_one_op=False`` restores the three-kernel ``skip_scale * x + branch_scale * y``;
 ``fused="off"`` never uses Triton, ``"force"`` uses it for CPU tensors too (tests, under
-``TRITON_INTERPRET=1``). Triton stays optional (``pip install fairseq-sret[kernels]``).
+``TRITON_INTERPRET=1``); ``grouped_one_kernel`` sets when sliced attention runs as one
+masked kernel (see :class:`fairseq_sret.core.SlicedGroupAttention`). Triton stays
+optional (``pip install fairseq-sret[kernels]``).
 """
 
 import functools
@@ -43,6 +45,10 @@ class FastPaths:
 
     lrc_one_op: bool = True
     fused: str = "auto"  # "auto" | "off" | "force"
+    # sliced attention: the longest sequence computed as one masked attention kernel over
+    # the whole sequence instead of packed groups; None = the device's default
+    # (core.attention.ONE_KERNEL_MAX_LENGTH), 0 = never
+    grouped_one_kernel: Optional[int] = None
 
 
 _FAST = FastPaths()
