@@ -148,21 +148,26 @@ class SlicedGroupAttention(nn.Module):
         bias = self.qkv.bias[:c] if self.qkv.bias is not None else None
         return self._split_heads(F.linear(x, self.qkv.weight[:c], bias))
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], is_causal: bool) -> Tensor:
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], is_causal: bool,
+        every_row_has_key: bool = False,
+    ) -> Tensor:
         """SDPA with rows that have no allowed key zeroed instead of NaN.
 
         q: (N, H, Lq, d); k, v: (N, H, Lk, d); mask: bool, True = may attend, broadcastable
-        to (N, H, Lq, Lk).
+        to (N, H, Lq, Lk). ``every_row_has_key``: the caller knows that every query may
+        attend to some key (no fix-up needed).
         """
         dropout = self.dropout if self.training else 0.0
-        if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
+        if mask is None or every_row_has_key:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
         row_has_key = mask.any(dim=-1, keepdim=True)
         safe_mask = mask | ~row_has_key
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout)
-        # Zero the rows without keys. On accelerators multiply unconditionally (exact: x * 1
-        # is x) rather than read ``row_has_key.all()``, a device-to-host sync.
-        if out.device.type != "cpu" or not bool(row_has_key.all()):
+        # Zero the rows without keys. On accelerators (and under torch.compile) multiply
+        # unconditionally (exact: x * 1 is x) rather than read ``row_has_key.all()``, a
+        # device-to-host sync (and a graph break).
+        if out.device.type != "cpu" or torch.compiler.is_compiling() or not bool(row_has_key.all()):
             out = out * row_has_key.to(out.dtype)
         return out
 
@@ -262,7 +267,7 @@ class SlicedGroupAttention(nn.Module):
         # Unpadded: every slot holds a token exactly when G divides L (groups of ceil(L/G)
         # or one fewer), known without reading slot_valid (no device-to-host sync).
         some_empty = (length % groups != 0) if valid is None else (
-            slot_valid is not None and not bool(slot_valid.all())
+            slot_valid is not None and (torch.compiler.is_compiling() or not bool(slot_valid.all()))
         )
         if some_empty:
             key_ok = slot_valid.view(-1, groups, width).expand(batch, -1, -1).reshape(batch * groups, 1, 1, width)
@@ -307,7 +312,8 @@ class SlicedGroupAttention(nn.Module):
             mask = (group[:, None, :, None] == group[:, None, None, :]) & valid[:, None, None, :]
         if self.causal:
             mask = mask & torch.ones(length, length, dtype=torch.bool, device=qkv.device).tril()
-        out = self._merge_heads(self._attend(q, k, v, mask, is_causal=False))
+        # unpadded, every query attends at least to itself
+        out = self._merge_heads(self._attend(q, k, v, mask, is_causal=False, every_row_has_key=valid is None))
         if valid is not None:
             out = out * valid.unsqueeze(-1).to(out.dtype)
         return out

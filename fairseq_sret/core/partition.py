@@ -70,7 +70,11 @@ def compute_partition(
     positions = torch.arange(length, device=device).expand(batch, length)
     # Without padding every mode makes groups of ceil(L/G) or one token fewer, so the slot
     # width is known without reading the data (no device-to-host sync).
+    # Under torch.compile the data-dependent width would break the graph: use the bound
+    # ceil(L/G) there (more empty slots, flagged invalid, same result).
     known_width = None if valid is not None else max(-(-length // groups), 1)
+    if known_width is None and torch.compiler.is_compiling():
+        known_width = max(-(-length // groups), 1)
     if valid is None:
         valid = torch.ones(batch, length, dtype=torch.bool, device=device)
     count = valid.sum(dim=1, keepdim=True)
