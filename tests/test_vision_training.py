@@ -183,3 +183,16 @@ def test_mixed_precision_settings_and_cpu_bf16_step(image_folder):
     assert script.autocast_settings(torch.device("cpu"), "on") == (True, torch.bfloat16, False)
     stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, amp="on"))
     assert math.isfinite(stats["train_loss"]) and math.isfinite(stats["val_loss"])
+
+
+@pytest.mark.slow
+def test_train_with_compile(image_folder, tmp_path):
+    """--compile trains through torch.compile (the tracing-only backend here, seconds on a CPU)
+    and saves checkpoints under the model's own parameter names."""
+    script = load_script()
+    out = tmp_path / "compiled"
+    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=2, output=out, compile=True,
+                              compile_backend="eager"))
+    assert math.isfinite(stats["train_loss"]) and stats["val_n"] == 8
+    state = torch.load(out / "checkpoint_last.pt", weights_only=False)["model"]
+    assert not any(k.startswith("_orig_mod") for k in state)

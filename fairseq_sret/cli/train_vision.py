@@ -79,6 +79,13 @@ def get_parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps-per-epoch", type=int, default=None, help="for smoke tests")
     p.add_argument("--log-interval", type=int, default=50)
+    p.add_argument("--compile", action="store_true",
+                   help="run the model through torch.compile (training and evaluation; every model"
+                        " compiles without graph breaks); checkpoints keep the plain parameter names")
+    p.add_argument("--compile-mode", default=None,
+                   help="torch.compile mode, e.g. max-autotune (default: torch's default)")
+    p.add_argument("--compile-backend", default="inductor",
+                   help="torch.compile backend (inductor; eager / aot_eager only trace, for checks)")
     return p
 
 
@@ -166,6 +173,8 @@ def run(argv=None) -> dict:
     if args.finetune:
         load_checkpoint(model, args.finetune, strict=False)
     model.to(device)
+    # the module that runs (compiled or not); ``model`` keeps the parameters and their names
+    net = torch.compile(model, mode=args.compile_mode, backend=args.compile_backend) if args.compile else model
 
     eval_tf = EvalTransform(img_size)
     val_set = ImageFolder(val_dir, eval_tf) if has_val else None
@@ -174,13 +183,13 @@ def run(argv=None) -> dict:
     val_loader = build_loader(val_set, args.batch_size, False, args.workers, device) if val_set else None
 
     if args.dump_logits:
-        dump_logits(model, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp)
+        dump_logits(net, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp)
         print(json.dumps({"dumped_logits": args.dump_logits}))
         return {"dumped_logits": args.dump_logits}
     if args.eval_only:
         if val_loader is None:
             raise SystemExit(f"no validation split {val_dir}")
-        stats = evaluate(model, val_loader, device, amp)
+        stats = evaluate(net, val_loader, device, amp)
         print(json.dumps({"eval": stats}))
         return stats
 
@@ -226,7 +235,7 @@ def run(argv=None) -> dict:
                 group["lr"] = lr
             images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                logits = model(images)
+                logits = net(images)
                 if teacher is not None:
                     with torch.no_grad():
                         soft = teacher(images)
@@ -251,7 +260,7 @@ def run(argv=None) -> dict:
                 print(f"epoch {epoch} step {step}/{steps_per_epoch} loss {loss.item():.4f} lr {lr:.3e}", flush=True)
         stats = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "lr": lr, "time": time.time() - started}
         if val_loader is not None:
-            stats.update({f"val_{k}": v for k, v in evaluate(model, val_loader, device, amp).items()})
+            stats.update({f"val_{k}": v for k, v in evaluate(net, val_loader, device, amp).items()})
         print(json.dumps(stats), flush=True)
         if args.output:
             with open(os.path.join(args.output, "log.jsonl"), "a") as f:
