@@ -225,3 +225,16 @@ def test_kernel_not_used_with_hooks_or_under_compile(triton_kernels):
     with fast_paths(fused="off"):
         assert not fused._use_triton(x, x, norm)
     assert os.environ.get("SRET_DISABLE_TRITON", "0") != "1"
+
+
+def test_broken_kernel_falls_back_to_pytorch_with_a_warning(triton_kernels, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such device function")
+
+    monkeypatch.setattr(triton_kernels, "lrc_add_norm_triton", broken)
+    monkeypatch.setattr(fused, "_KERNEL_OK", {})
+    x = torch.randn(4, 8, device=DEVICE)
+    norm = nn.LayerNorm(8).to(DEVICE)
+    with fast_paths(fused="force"), pytest.warns(UserWarning, match="using PyTorch"):
+        res, out = lrc_add_norm(x, x, 0.5, None, norm)
+    torch.testing.assert_close(out, norm(0.5 * x + x))

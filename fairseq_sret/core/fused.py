@@ -28,6 +28,7 @@ optional (``pip install fairseq-sret[kernels]``).
 
 import functools
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Tuple, Union
@@ -134,6 +135,46 @@ def triton_available() -> bool:
     return True
 
 
+_KERNEL_OK = {}
+
+
+def _kernels_work(device: torch.device) -> bool:
+    """Run the kernels once on ``device`` (forward and backward of a small case, against the
+    definition) before first use; on any error or mismatch warn and use PyTorch instead.
+    Never inside a CUDA-graph capture (the check would be captured): there, before the check
+    has run, PyTorch is used."""
+    key = (device.type, device.index)
+    if key in _KERNEL_OK:
+        return _KERNEL_OK[key]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return False
+    ok = False
+    try:
+        from ._triton_kernels import lrc_add_norm_triton
+
+        with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False):
+            g = torch.Generator(device="cpu").manual_seed(0)
+            x, y = (torch.randn(5, 40, generator=g).to(device).requires_grad_() for _ in range(2))
+            s, b = (torch.tensor([v], device=device, requires_grad=True) for v in (0.7, -1.3))
+            w, bias = (torch.randn(40, generator=g).to(device).requires_grad_() for _ in range(2))
+            got = lrc_add_norm_triton(x, y, s, b, w, bias, 1e-5, norm=True)
+            want = lrc_add_norm_ref(x, y, s, b, w, bias, 1e-5)
+            leaves = (x, y, s, b, w, bias)
+            grads = [torch.ones_like(t) for t in want]
+            ok = all(torch.allclose(a, r, rtol=1e-4, atol=1e-4) for a, r in zip(got, want)) and all(
+                torch.allclose(a, r, rtol=1e-3, atol=1e-3)
+                for a, r in zip(torch.autograd.grad(got, leaves, grads), torch.autograd.grad(want, leaves, grads))
+            )
+        if not ok:
+            warnings.warn("fairseq_sret: the Triton residual+LayerNorm kernel disagrees with PyTorch on "
+                          f"{device}; using PyTorch")
+    except Exception as err:  # a Triton/driver problem must not stop the model
+        warnings.warn(f"fairseq_sret: the Triton residual+LayerNorm kernel failed on {device} "
+                      f"({type(err).__name__}: {err}); using PyTorch")
+    _KERNEL_OK[key] = ok
+    return ok
+
+
 def _no_hooks(module: Optional[nn.Module]) -> bool:
     if module is None:
         return True
@@ -160,7 +201,7 @@ def _use_triton(x: Tensor, y: Tensor, norm: Optional[nn.LayerNorm] = None) -> bo
             return False
         if not _no_hooks(norm):
             return False
-    return triton_available()
+    return triton_available() and _kernels_work(x.device)
 
 
 def fused_kernels_active(x: Tensor) -> bool:
