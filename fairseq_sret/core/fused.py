@@ -12,8 +12,9 @@ both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=T
     ``torch.compile`` (which fuses the PyTorch form itself) and without module hooks on the
     LayerNorm;
   * otherwise PyTorch: ``torch.addcmul(skip_scale * x, branch_scale, y)``, two element-wise
-    kernels instead of three (same arithmetic: each product rounded, then the sum), then the
-    LayerNorm module.
+    kernels instead of three (the same products and sum; addcmul rounds ``b * y + s * x``
+    once where the three-kernel form rounds twice), with a backward of two multiplies and
+    two dot products (:class:`_LRCAdd`) when gradients are needed, then the LayerNorm module.
 
 Scales are a one-element tensor (a learnable LRC coefficient, gradients flow to it), a
 Python float (a constant, e.g. after :func:`fairseq_sret.core.fold_lrc`) or None (1).
@@ -100,11 +101,42 @@ def lrc_add_norm_ref(
 
 
 # ----------------------------------------------------------------------------- PyTorch path
+class _LRCAdd(torch.autograd.Function):
+    """``addcmul(s * x, b, y)`` with a lean backward: ``dx = g * s``, ``dy = g * b`` and the
+    scale gradients as dot products ``<g, x>``, ``<g, y>`` (no full-size temporaries).
+    Autograd's own backward of the same expression materialises ``g * x`` and ``g * y`` for
+    the reductions, and addcmul's adds a multiply of ``y`` by its ``value`` (4 extra passes).
+    x, y: same shape; s, b: one-element tensors."""
+
+    @staticmethod
+    def forward(ctx, x, y, s, b):
+        need = ctx.needs_input_grad
+        ctx.save_for_backward(x if need[2] else None, y if need[3] else None, s, b)
+        return torch.addcmul(s * x, b, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y, s, b = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx = g * s if need[0] else None  # autograd casts to the input's dtype where they differ
+        dy = g * b if need[1] else None
+        flat = g.reshape(-1)
+        ds = torch.dot(flat, x.reshape(-1).to(flat.dtype)).reshape(s.shape).to(s.dtype) if need[2] else None
+        db = torch.dot(flat, y.reshape(-1).to(flat.dtype)).reshape(b.shape).to(b.dtype) if need[3] else None
+        return dx, dy, ds, db
+
+
 def _lrc_add_torch(x: Tensor, y: Tensor, skip_scale: Scale, branch_scale: Scale) -> Tensor:
     if skip_scale is None and branch_scale is None:
         return x + y
     if not _FAST.lrc_one_op:
         return lrc_add_ref(x, y, skip_scale, branch_scale)
+    if (
+        isinstance(skip_scale, Tensor) and isinstance(branch_scale, Tensor) and torch.is_grad_enabled()
+        and not torch.compiler.is_compiling() and x.shape == y.shape and skip_scale.numel() == branch_scale.numel() == 1
+        and (x.requires_grad or y.requires_grad or skip_scale.requires_grad or branch_scale.requires_grad)
+    ):
+        return _LRCAdd.apply(x, y, skip_scale, branch_scale)
     if isinstance(branch_scale, Tensor):
         if skip_scale is not None:
             x = skip_scale * x

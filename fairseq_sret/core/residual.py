@@ -17,7 +17,8 @@ class LearnableResidual(nn.Module):
 
     Computed as one operation (:func:`fairseq_sret.core.fused.lrc_add`): a Triton kernel on
     CUDA when Triton is installed, else ``torch.addcmul(skip_scale * x, branch_scale, f(x))``
-    (two element-wise kernels instead of three, the same products and sum).
+    (two element-wise kernels instead of three, the same products and sum) with a lean
+    backward (two multiplies, two dot products for the coefficients' gradients).
     :meth:`forward_norm` also applies the LayerNorm that reads the result (pre-LN layers),
     in the same kernel where the fused kernel is available.
     """
