@@ -58,7 +58,7 @@ NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "sret_t_w
          "sret_s_wo_slice": "SReT-S w/o slice", "deit_tiny_patch16_224": "DeiT-T",
          "deit_small_patch16_224": "DeiT-S", "pit_ti_224": "PiT-Ti", "pit_s_224": "PiT-S"}
 TARGETS = {"infer": 1.0, "train": 0.8}
-TOKENS = ("cl", "graph", "compile", "fold", "nofuse", "3op")
+TOKENS = ("fold", "nofuse", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
 # fast-path switches of the variant tokens (fairseq_sret.core.fast_paths)
 FAST_PATHS = {"nofuse": {"fused": "off"}, "3op": {"lrc_one_op": False, "fused": "off"}}
 

@@ -7,7 +7,7 @@
 #   BUDGET=900 ...                                    # more time: the compile step gets the rest
 #
 # Steps, in priority order, each `python -m benchmarks.NAME` from the repository root under
-# `timeout` (min of its own limit and the time left of BUDGET seconds, default 460):
+# `timeout` (min of its own limit and the time left of BUDGET seconds, default 440):
 #   vision     before/after of every fast path on SReT-T, SReT-T w/o slice and SReT-S (3op = the
 #              LRC as three kernels and no Triton, i.e. the code before; nofuse = LRC one-op
 #              without the Triton kernel; eager = everything; fold = fold_lrc), each against
@@ -39,7 +39,7 @@ OUT="${OUT:?set OUT to the folder for the logs}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python}"
 SMOKE="${SMOKE:-0}"
-BUDGET="${BUDGET:-460}"
+BUDGET="${BUDGET:-440}"
 KIT="${GPU_KIT:-$repo/.gpu-kit}"
 WORK="${GPU_BENCH_WORK:-${TMPDIR:-/tmp}/sret_gpu_bench}"
 start=$SECONDS
