@@ -23,9 +23,13 @@ comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
   compile  cl + ``torch.compile`` (``--compile-mode``); compilation time is printed, not timed
   fold     ``fairseq_sret.core.fold_lrc`` (LRC folded into weights; infer only)
   nofuse   no Triton kernel for residual + LRC + LayerNorm (``fast_paths(fused="off")``)
-  3op      the LRC as three element-wise kernels and no Triton kernel (the code before the
-           fast paths: ``fast_paths(lrc_one_op=False, fused="off")``)
-e.g. ``--variants 3op nofuse eager fold fold+graph``. The last three only change our models.
+  packed   sliced attention always on packed groups, never the one-kernel masked path
+           (``fast_paths(grouped_one_kernel=0)``; on CUDA SReT's 196-token stage takes it)
+  3op      the code before the fast paths: the LRC as three element-wise kernels, no Triton
+           kernel, packed groups (``fast_paths(lrc_one_op=False, fused="off",
+           grouped_one_kernel=0)``)
+e.g. ``--variants 3op nofuse eager fold fold+graph``. fold, nofuse, packed and 3op only change
+our models.
 ``--compile MODEL ...`` adds ``compile`` for the named models (``--compile-variants`` sets which:
 default ``compile``, e.g. ``compile fold+compile``).
 
@@ -58,9 +62,14 @@ NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "sret_t_w
          "sret_s_wo_slice": "SReT-S w/o slice", "deit_tiny_patch16_224": "DeiT-T",
          "deit_small_patch16_224": "DeiT-S", "pit_ti_224": "PiT-Ti", "pit_s_224": "PiT-S"}
 TARGETS = {"infer": 1.0, "train": 0.8}
-TOKENS = ("fold", "nofuse", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
+TOKENS = ("fold", "nofuse", "packed", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
+OURS_ONLY = ("fold", "nofuse", "packed", "3op")
 # fast-path switches of the variant tokens (fairseq_sret.core.fast_paths)
-FAST_PATHS = {"nofuse": {"fused": "off"}, "3op": {"lrc_one_op": False, "fused": "off"}}
+FAST_PATHS = {
+    "nofuse": {"fused": "off"},
+    "packed": {"grouped_one_kernel": 0},
+    "3op": {"lrc_one_op": False, "fused": "off", "grouped_one_kernel": 0},
+}
 
 
 def variant_tokens(variant: str):
@@ -75,7 +84,7 @@ def variant_tokens(variant: str):
 def hardware_variant(variant: str) -> str:
     """The variant without the tokens that only change our models (fold, nofuse, 3op): the
     reference model's variant to compare with, e.g. ``fold+compile`` -> ``compile``."""
-    tokens = [t for t in TOKENS if t in variant_tokens(variant) and t not in ("fold", "nofuse", "3op")]
+    tokens = [t for t in TOKENS if t in variant_tokens(variant) and t not in OURS_ONLY]
     return "+".join(tokens) or "eager"
 
 
@@ -309,8 +318,8 @@ def run_mode(mode, args, device, dtype, deadline):
     for variant in args.compile_variants:
         for name in (args.models if "all" in args.compile else args.compile):
             tokens = variant_tokens(variant) | {"compile"}
-            if not is_model(name):  # fold / nofuse / 3op change only our models
-                tokens -= {"fold", "nofuse", "3op"}
+            if not is_model(name):  # fold / nofuse / packed / 3op change only our models
+                tokens -= set(OURS_ONLY)
             if ("fold" in tokens and mode != "infer") or "graph" in tokens:
                 continue
             label = "+".join(t for t in TOKENS if t in tokens)

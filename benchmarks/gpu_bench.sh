@@ -9,8 +9,9 @@
 # Steps, in priority order, each `python -m benchmarks.NAME` from the repository root under
 # `timeout` (min of its own limit and the time left of BUDGET seconds, default 440):
 #   vision     before/after of every fast path on SReT-T, SReT-T w/o slice and SReT-S (3op = the
-#              LRC as three kernels and no Triton, i.e. the code before; nofuse = LRC one-op
-#              without the Triton kernel; eager = everything; fold = fold_lrc), each against
+#              code before: LRC as three kernels, no Triton, packed attention groups; nofuse = no
+#              Triton kernel; packed = no one-kernel attention; eager = everything; fold =
+#              fold_lrc), each against
 #              DeiT-T / DeiT-S eager; inference batch 256 + training batch 128, bf16 autocast;
 #              torch.profiler tables of SReT-T (eager and folded) and DeiT-T
 #   graph      CUDA graphs of SReT-T (eager, folded) and DeiT-T captured in ONE process (the
@@ -104,7 +105,7 @@ if [[ "$SMOKE" == 1 ]]; then
 else
     DEV=(--device cuda)
     VISION=(--models sret_t deit_tiny_patch16_224 sret_t_wo_slice:eager,fold sret_s:3op,eager,fold
-            deit_small_patch16_224 --variants 3op nofuse eager fold --timm-variants eager
+            deit_small_patch16_224 --variants 3op nofuse packed eager fold --timm-variants eager
             --warmup 3 --iters 10 --rounds 3 --time-budget 120 --profile sret_t sret_t:fold deit_tiny_patch16_224)
     GRAPH=(--models sret_t deit_tiny_patch16_224 --modes infer --variants eager graph fold+graph
            --timm-variants eager graph --warmup 3 --iters 10 --rounds 3 --time-budget 40)
