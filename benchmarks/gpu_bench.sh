@@ -44,7 +44,8 @@ mkdir -p "$OUT"
 PY="${PYTHON:-python}"
 SMOKE="${SMOKE:-0}"
 BUDGET="${BUDGET:-440}"
-KIT="${GPU_KIT:-$repo/.gpu-kit}"
+KIT="${GPU_KIT:-$repo/.gpu-kit}"  # else shared/gpu-kit (a checkout's shared/ travels to the device too)
+[[ -f "$KIT/install.sh" || -n "${GPU_KIT:-}" ]] || KIT="$repo/shared/gpu-kit"
 WORK="${GPU_BENCH_WORK:-${TMPDIR:-/tmp}/sret_gpu_bench}"
 start=$SECONDS
 summary="$OUT/summary.txt"  # environment, then one line per step
