@@ -20,6 +20,13 @@ called directly plus the same two projections (same weights); target ratio <= 1.
 context also torch's ``nn.MultiheadAttention`` and, when installed, timm's ViT ``Attention``
 and fairseq's ``MultiheadAttention``.
 
+Table 3, "one kernel": sliced attention of short (and padded) sequences computed two ways,
+packed groups (reshape, or a partition plus gathers when padded) against one attention
+kernel over the whole sequence with a group mask (``fast_paths(grouped_one_kernel=...)``),
+with G=1 for reference: the data behind ``core.attention.ONE_KERNEL_MAX_LENGTH`` (the
+longest sequence that takes the one-kernel path by default, per device). Table 1's module
+rows always use packed groups.
+
 The batch holds ``--tokens`` tokens (B = tokens / L), so every length sees the same amount
 of work outside the attention; width ``--embed-dim`` and ``--heads`` heads (default 512 and
 8: head size 64). CUDA runs in bfloat16 (weights and activations), CPU in float32.
@@ -35,7 +42,8 @@ from benchmarks.common import (
     clock_note, command_line, default_clock, fmt_ratio, hardware_line, measure, median, mib, peak_memory,
     pick_device, print_table, quiet_logging, set_threads,
 )
-from fairseq_sret.core import SlicedGroupAttention
+from fairseq_sret.core import SlicedGroupAttention, fast_paths
+from fairseq_sret.core.attention import ONE_KERNEL_MAX_LENGTH
 
 TARGET_SPEEDUP = {"cuda": 5.0, "cpu": 4.0}
 
@@ -61,10 +69,14 @@ def parse_args(argv=None):
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory columns")
     p.add_argument("--skip-parity", action="store_true")
     p.add_argument("--skip-scaling", action="store_true")
+    p.add_argument("--skip-one-kernel", action="store_true")
+    p.add_argument("--one-kernel-lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
+    p.add_argument("--one-kernel-groups", type=int, nargs="+", default=[2, 8])
     p.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds (harness check)")
     args = p.parse_args(argv)
     if args.smoke:
         args.lengths, args.groups = [16, 32], [1, 2, 4]
+        args.one_kernel_lengths, args.one_kernel_groups = [16], [2]
         args.embed_dim, args.heads, args.tokens = 32, 4, 64
         args.warmup, args.iters, args.rounds = 1, 1, 1
     return args
@@ -170,6 +182,70 @@ def fwd_only(module, x):
     return step
 
 
+def packed(step, one_kernel=0):
+    """``step`` under ``fast_paths(grouped_one_kernel=one_kernel)`` (0: always packed groups)."""
+    def run():
+        with fast_paths(grouped_one_kernel=one_kernel):
+            step()
+    return run
+
+
+def bench_one_kernel(args, device, dtype):
+    """Table 3: packed groups against one masked kernel, short and padded sequences."""
+    rows = []
+    c, h = args.embed_dim, args.heads
+    for padded in (False, True):
+        for length in args.one_kernel_lengths:
+            batch = max(1, args.tokens // length)
+            mask = None
+            if padded:  # lengths drawn from [L/2, L], one full-length sequence
+                g = torch.Generator().manual_seed(0)
+                lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=g)
+                lengths[0] = length
+                mask = (torch.arange(length)[None, :] >= lengths[:, None]).to(device)
+            x = torch.randn(batch, length, c, device=device, dtype=dtype, requires_grad=True)
+            go = torch.randn_like(x)
+            fns, fwd = {}, {}
+            for groups in [1] + [g for g in args.one_kernel_groups if g <= length]:
+                torch.manual_seed(0)
+                module = SlicedGroupAttention(c, h, groups=groups, partition="strided").to(device, dtype).train()
+
+                def fb(module=module):
+                    x.grad = None
+                    module(x, key_padding_mask=mask).backward(go)
+
+                def f(module=module):
+                    with torch.no_grad():
+                        module(x, key_padding_mask=mask)
+
+                for name, limit in ((f"packed G={groups}", 0), (f"one kernel G={groups}", 10**9)):
+                    if groups == 1 and limit:
+                        continue
+                    fns[name], fwd[name] = packed(fb, limit), packed(f, limit)
+            t_fb = measure(fns, device, args.warmup, args.iters, args.rounds, args.clock)
+            t_f = measure(fwd, device, args.warmup, args.iters, args.rounds, args.clock)
+            base = median(t_fb["packed G=1"])
+            default = ONE_KERNEL_MAX_LENGTH.get(device.type, (0, 0))[int(padded)]
+            for groups in [g for g in args.one_kernel_groups if g <= length]:
+                p_fb, o_fb = median(t_fb[f"packed G={groups}"]), median(t_fb[f"one kernel G={groups}"])
+                p_f, o_f = median(t_f[f"packed G={groups}"]), median(t_f[f"one kernel G={groups}"])
+                rows.append([
+                    length, groups, batch, "yes" if padded else "no", f"{p_fb * 1e3:.3f}", f"{o_fb * 1e3:.3f}",
+                    fmt_ratio(p_fb / o_fb), f"{p_f * 1e3:.3f}", f"{o_f * 1e3:.3f}", fmt_ratio(p_f / o_f),
+                    f"{base * 1e3:.3f}", "one kernel" if length <= default else "packed",
+                ])
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    print_table(
+        f"attention: one kernel vs packed groups ({device.type}, {str(dtype).replace('torch.', '')}, C={c}, H={h}, "
+        f"{args.tokens} tokens per batch, strided groups; whole module)",
+        ["L", "G", "B", "padded", "packed fwd+bwd ms", "one kernel fwd+bwd ms", "one kernel speed-up",
+         "packed fwd ms", "one kernel fwd ms", "fwd speed-up", "G=1 fwd+bwd ms", "default path"],
+        rows,
+    )
+    return rows
+
+
 def bench_scaling(args, device, dtype):
     rows = []
     c, h = args.embed_dim, args.heads
@@ -196,7 +272,7 @@ def bench_scaling(args, device, dtype):
             attn_fb[g], attn_f[g] = attention_step, attention_fwd
             module = SlicedGroupAttention(c, h, groups=g, partition="contiguous").to(device, dtype).train()
             x = torch.randn(batch, length, c, device=device, dtype=dtype, requires_grad=True)
-            mod_fb[g] = fwd_bwd(module, x, torch.randn_like(x))
+            mod_fb[g] = packed(fwd_bwd(module, x, torch.randn_like(x)))
         times_afb = measure({f"a{g}": attn_fb[g] for g in groups}, device,
                              args.warmup, args.iters, args.rounds, args.clock)
         times_af = measure({f"a{g}": attn_f[g] for g in groups}, device,
@@ -298,6 +374,8 @@ def main(argv=None):
         bench_scaling(args, device, dtype)
     if not args.skip_parity:
         bench_parity(args, device, dtype)
+    if not args.skip_one_kernel:
+        bench_one_kernel(args, device, dtype)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,17 @@ in this one process, round-robin; ratios are over fairseq's model. Also printed:
 forward GFLOPs of the training batch (torch's flop counter) and the peak memory of one step
 (CPU: torch profiler allocations; CUDA: the allocator's peak).
 Targets: training >= 0.95x, generation >= 0.90x of fairseq's speed.
+
+``--before`` adds the row "sret, before": the same weights as "sret", run the way the code ran
+before the fast paths (the LRC as three element-wise kernels, ``fast_paths(lrc_one_op=False,
+fused="off")``, and the layers' residual stream as a transposed (B, T, C) view of fairseq's
+(T, B, C) instead of a contiguous copy), so both are measured in this one process.
 """
 
 import argparse
+import types
 import warnings
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +44,8 @@ from benchmarks.common import (
     peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads,
 )
 from fairseq.sequence_generator import SequenceGenerator
+from fairseq_sret.core import fast_paths
+from fairseq_sret.models.sret_transformer import SReTDecoderLayer, SReTEncoderLayer
 from fairseq_sret.models.toy import ToyTask, architecture_args, build_model
 
 TARGETS = {"train": 0.95, "generate": 0.90}
@@ -65,6 +74,8 @@ def parse_args(argv=None):
     p.add_argument("--skip-generate", action="store_true")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler tables of one training step and one generation batch per model")
+    p.add_argument("--before", action="store_true",
+                   help="also measure 'sret, before': the code paths before the fast paths (see above)")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args(argv)
     if args.smoke:
@@ -100,10 +111,44 @@ def synthetic_batch(task, batch, src_len, tgt_len, device, seed=0):
     }
 
 
-def train_step_fn(model, sample, pad):
+def _encoder_forward_strided(self, x, encoder_padding_mask, attn_mask=None):
+    """SReTEncoderLayer.forward before the fast paths: the stream as a transposed view."""
+    return self.recursive(x.transpose(0, 1), key_padding_mask=encoder_padding_mask).transpose(0, 1)
+
+
+def _decoder_forward_strided(self, x, encoder_out=None, encoder_padding_mask=None, incremental_state=None,
+                             prev_self_attn_state=None, prev_attn_state=None, self_attn_mask=None,
+                             self_attn_padding_mask=None, need_attn=False, need_head_weights=False):
+    """SReTDecoderLayer.forward before the fast paths (same checks skipped: benchmark inputs)."""
+    memory = None if encoder_out is None else encoder_out.transpose(0, 1)
+    out = self.recursive(x.transpose(0, 1), key_padding_mask=self_attn_padding_mask, memory=memory,
+                         memory_padding_mask=encoder_padding_mask, caches=self._caches(incremental_state))
+    return out.transpose(0, 1), None, None
+
+
+def as_before(model):
+    """Give ``model``'s layers the residual-stream layout of the code before the fast paths."""
+    for module in model.modules():
+        if isinstance(module, SReTEncoderLayer):
+            module.forward = types.MethodType(_encoder_forward_strided, module)
+        elif isinstance(module, SReTDecoderLayer):
+            module.forward = types.MethodType(_decoder_forward_strided, module)
+    return model
+
+
+def switches(name):
+    """The fast-path switches a row runs under."""
+    return fast_paths(lrc_one_op=False, fused="off") if name.endswith("before") else nullcontext()
+
+
+def train_step_fn(model, sample, pad, context=nullcontext):
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98))
 
     def step():
+        with context():
+            _step()
+
+    def _step():
         model.train()
         logits, _ = model(**sample["net_input"])
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), sample["target"].view(-1),
@@ -115,14 +160,14 @@ def train_step_fn(model, sample, pad):
     return step
 
 
-def generate_fn(model, task, sample, beam, length):
+def generate_fn(model, task, sample, beam, length, context=nullcontext):
     generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0,
                                   max_len_b=length, min_len=length)
     net_input = {"src_tokens": sample["net_input"]["src_tokens"], "src_lengths": sample["net_input"]["src_lengths"]}
 
     def step():
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), context():
             hyps = generator.forward({"net_input": net_input})
         return hyps
 
@@ -168,13 +213,16 @@ def main(argv=None):
     models["fairseq transformer"] = build_model(args.fairseq_arch, task=task, **options)
     models["sret"] = build_model(args.sret_arch, task=task, **options)
     models["sret, no NLL"] = build_model(args.sret_arch, task=task, nll_ratio=0.0, **options)
+    if args.before:
+        models["sret, before"] = as_before(build_model(args.sret_arch, task=task, **options))
+        models["sret, before"].load_state_dict(models["sret"].state_dict())
     for m in models.values():
         m.to(device)
     apps = {
         "fairseq transformer": (fa.encoder_layers, fa.decoder_layers),
         "sret": (sa.encoder_layers * sa.encoder_recursions, sa.decoder_layers * sa.decoder_recursions),
     }
-    apps["sret, no NLL"] = apps["sret"]
+    apps["sret, no NLL"] = apps["sret, before"] = apps["sret"]
     print(f"architectures: {args.fairseq_arch} vs {args.sret_arch} (unique layers {sa.encoder_layers}+"
           f"{sa.decoder_layers} x {sa.encoder_recursions} recursions); width {fa.encoder_embed_dim}, FFN "
           f"{fa.encoder_ffn_embed_dim}, heads {fa.encoder_attention_heads}, vocabulary {len(task.source_dictionary)}, "
@@ -184,8 +232,10 @@ def main(argv=None):
     ntok = sample["ntokens"]
     params = {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()}
     gflops = {n: forward_gflops(m, sample) for n, m in models.items()}
+    if args.before:
+        print("'sret, before': the weights of 'sret', run on the code paths before the fast paths")
 
-    train = {n: train_step_fn(m, sample, pad) for n, m in models.items()}
+    train = {n: train_step_fn(m, sample, pad, lambda n=n: switches(n)) for n, m in models.items()}
     t = measure(train, device, args.warmup, args.iters, args.rounds, args.clock)
     mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
     base = median(t["fairseq transformer"])
@@ -210,7 +260,8 @@ def main(argv=None):
 
     if not args.skip_generate:
         gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
-        gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len) for n, m in models.items()}
+        gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len, lambda n=n: switches(n))
+               for n, m in models.items()}
         lengths = {n: sorted({len(h[0]["tokens"]) for h in gen[n]()}) for n in models}
         gen_gflops = {}
         for n in models:

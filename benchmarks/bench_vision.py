@@ -12,16 +12,26 @@ autocast (bfloat16 on CUDA by default; float32 on CPU). Synthetic inputs already
 device: this measures the model, not a data pipeline.
 
 Variants (``--variants``, each applied to every model; timm models too, so that the
-comparison is like for like):
-  eager   the model as built (NCHW)
-  cl      channels-last memory format (model and input)
-  graph   cl + the whole inference forward captured in a CUDA graph (CUDA, infer only):
-          removes the CPU cost of launching ~750 small kernels per SReT forward.
-          Experimental, not in the default variants: in the first device run (H100, torch
-          2.11) processes with graph variants died with "CUDA error: an illegal memory
-          access" (not diagnosed); a CUDA fault ends the process, so run them alone
-and ``--compile MODEL ...`` adds ``compile`` (cl + ``torch.compile``, default mode) for the
-named models; compilation time is printed, not timed.
+comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
+  eager    the model as built (NCHW), with this package's default fast paths
+  cl       channels-last memory format (model and input)
+  graph    cl + the whole inference forward captured in a CUDA graph (CUDA, infer only):
+           removes the CPU cost of launching ~750 small kernels per SReT forward. The graph
+           holds raw addresses, so the variant keeps the model, its input and the output
+           alive for as long as it replays (the first device run lost them after capture:
+           the next capture's ``empty_cache`` unmapped them -> "illegal memory access")
+  compile  cl + ``torch.compile`` (``--compile-mode``); compilation time is printed, not timed
+  fold     ``fairseq_sret.core.fold_lrc`` (LRC folded into weights; infer only)
+  nofuse   no Triton kernel for residual + LRC + LayerNorm (``fast_paths(fused="off")``)
+  packed   sliced attention always on packed groups, never the one-kernel masked path
+           (``fast_paths(grouped_one_kernel=0)``; on CUDA SReT's 196-token stage takes it)
+  3op      the code before the fast paths: the LRC as three element-wise kernels, no Triton
+           kernel, packed groups (``fast_paths(lrc_one_op=False, fused="off",
+           grouped_one_kernel=0)``)
+e.g. ``--variants 3op nofuse eager fold fold+graph``. fold, nofuse, packed and 3op only change
+our models.
+``--compile MODEL ...`` adds ``compile`` for the named models (``--compile-variants`` sets which:
+default ``compile``, e.g. ``compile fold+compile``).
 
 timm models (deit_tiny_patch16_224, deit_small_patch16_224, pit_ti_224, pit_s_224) are
 built with ``pretrained=False`` and measured when timm is importable; without timm only our
@@ -37,31 +47,71 @@ import traceback
 import torch
 import torch.nn.functional as F
 
+from contextlib import nullcontext
+
 from benchmarks.common import (
     clock_fn, clock_note, command_line, default_clock, fmt_ratio, hardware_line, median, mib, peak_memory,
     pick_device, print_table, profile_table, quiet_logging, set_threads, sync,
 )
+from fairseq_sret.core import fast_paths, fold_lrc
 from fairseq_sret.vision import create_model, is_model
 
 OURS = ["sret_t", "sret_tl", "sret_s"]
 TIMM = ["deit_tiny_patch16_224", "deit_small_patch16_224", "pit_ti_224", "pit_s_224"]
-NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "deit_tiny_patch16_224": "DeiT-T",
+NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "sret_t_wo_slice": "SReT-T w/o slice",
+         "sret_s_wo_slice": "SReT-S w/o slice", "deit_tiny_patch16_224": "DeiT-T",
          "deit_small_patch16_224": "DeiT-S", "pit_ti_224": "PiT-Ti", "pit_s_224": "PiT-S"}
 TARGETS = {"infer": 1.0, "train": 0.8}
+TOKENS = ("fold", "nofuse", "packed", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
+OURS_ONLY = ("fold", "nofuse", "packed", "3op")
+# fast-path switches of the variant tokens (fairseq_sret.core.fast_paths)
+FAST_PATHS = {
+    "nofuse": {"fused": "off"},
+    "packed": {"grouped_one_kernel": 0},
+    "3op": {"lrc_one_op": False, "fused": "off", "grouped_one_kernel": 0},
+}
+
+
+def variant_tokens(variant: str):
+    """``"fold+graph"`` -> {"fold", "graph"}; ``"eager"`` -> set()."""
+    tokens = set() if variant == "eager" else set(variant.split("+"))
+    unknown = tokens - set(TOKENS)
+    if unknown:
+        raise ValueError(f"unknown variant token(s) {sorted(unknown)} in {variant!r}; known: eager, {', '.join(TOKENS)}")
+    return tokens
+
+
+def hardware_variant(variant: str) -> str:
+    """The variant without the tokens that only change our models (fold, nofuse, 3op): the
+    reference model's variant to compare with, e.g. ``fold+compile`` -> ``compile``."""
+    tokens = [t for t in TOKENS if t in variant_tokens(variant) and t not in OURS_ONLY]
+    return "+".join(tokens) or "eager"
+
+
+def _variant(value: str) -> str:
+    try:
+        variant_tokens(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err))
+    return value
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto")
-    p.add_argument("--models", nargs="+", default=OURS + TIMM)
+    p.add_argument("--models", nargs="+", default=OURS + TIMM,
+                   help="model names; MODEL:V1,V2 gives that model its own variants instead of --variants")
     p.add_argument("--modes", nargs="+", choices=["infer", "train"], default=["infer", "train"])
-    p.add_argument("--variants", nargs="+", choices=["eager", "cl", "graph"], default=["eager", "cl"])
-    p.add_argument("--timm-variants", nargs="+", choices=["eager", "cl", "graph"], default=None,
+    p.add_argument("--variants", nargs="+", type=_variant, default=["eager", "cl"],
+                   help="eager, or tokens joined by '+' (see above)")
+    p.add_argument("--timm-variants", nargs="+", type=_variant, default=None,
                    help="variants of the timm models (default: --variants)")
+    p.add_argument("--compile-variants", nargs="+", type=_variant, default=["compile"],
+                   help="variants added for each --compile model (each must contain 'compile')")
     p.add_argument("--profile", nargs="*", default=[], metavar="MODEL[:VARIANT]",
                    help="print a torch.profiler table of these models (eager unless :VARIANT is given)")
     p.add_argument("--compile", nargs="*", default=[], metavar="MODEL",
-                   help="models that also get a torch.compile variant ('all' for every model)")
+                   help="models that also get the --compile-variants ('all' for every model)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
     p.add_argument("--batch-infer", type=int, default=256)
     p.add_argument("--batch-train", type=int, default=128)
@@ -78,17 +128,24 @@ def parse_args(argv=None):
                    help="seconds a compile variant is expected to take; skipped when the time budget has"
                         " less left (the first --compile model has priority: the others' inference compile"
                         " also leaves room for its training compile)")
+    p.add_argument("--compile-priority", choices=["train", "infer"], default="train",
+                   help="with a time budget: 'train' keeps room for the first --compile model's training"
+                        " compile before the other models' inference compiles; 'infer' does not")
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
                         " runs, where other load on a shared machine inflates wall time, else wall)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="CPU: skip the peak-memory run (torch profiler); CUDA always reports it")
+    p.add_argument("--graph-drop-references", action="store_true",
+                   help="reproduce the first device run's CUDA-graph bug: keep only graph.replay (the model, input"
+                        " and output are freed after capture); for compute-sanitizer, in a process of its own")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, seconds (harness check)")
     args = p.parse_args(argv)
     if args.smoke:
         args.device = "cpu" if args.device == "auto" else args.device
-        args.models = ["sret_t", "deit_tiny_patch16_224"]
+        if args.models == OURS + TIMM:  # not given
+            args.models = ["sret_t", "deit_tiny_patch16_224"]
         args.batch_infer, args.batch_train, args.img_size = 2, 2, 64
         args.warmup, args.iters, args.rounds = 1, 1, 1
     return args
@@ -116,6 +173,7 @@ class Variant:
 
     def __init__(self, name, variant, mode, args, device, dtype):
         self.name, self.variant, self.mode = name, variant, mode
+        self.tokens = variant_tokens(variant)
         self.step = None
         self.error = None
         self.setup_s = None
@@ -130,7 +188,14 @@ class Variant:
     def autocast(self):
         if self.dtype is None:
             return torch.autocast(self.device.type, enabled=False)
-        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=self.variant != "graph")
+        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled="graph" not in self.tokens)
+
+    def fast_paths(self):
+        """The fast-path switches of this variant (ours only; a no-op for timm models)."""
+        changes = {}
+        for token in self.tokens:
+            changes.update(FAST_PATHS.get(token, {}))
+        return fast_paths(**changes) if changes else nullcontext()
 
     def prepare(self, warmup):
         start = time.perf_counter()
@@ -138,18 +203,22 @@ class Variant:
         torch.manual_seed(0)
         model = build(self.name, args.img_size).to(device)
         self.params = sum(p.numel() for p in model.parameters())
+        if "fold" in self.tokens:
+            if self.mode != "infer":
+                raise RuntimeError("fold: inference only")
+            model = fold_lrc(model, inplace=True)
         batch = args.batch_infer if self.mode == "infer" else args.batch_train
         x = torch.randn(batch, 3, args.img_size, args.img_size, device=device)
-        channels_last = self.variant in ("cl", "graph", "compile")
+        channels_last = bool(self.tokens & {"cl", "graph", "compile"})
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last)
-        run = torch.compile(model, mode=args.compile_mode) if self.variant == "compile" else model
+        run = torch.compile(model, mode=args.compile_mode) if "compile" in self.tokens else model
         if self.mode == "infer":
             model.eval()
 
             def step():
-                with torch.no_grad(), self.autocast():
+                with torch.no_grad(), self.autocast(), self.fast_paths():
                     return run(x)
         else:
             model.train()
@@ -157,9 +226,10 @@ class Variant:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))
 
             def step():
-                with self.autocast():
-                    loss = F.cross_entropy(run(x), target)
-                loss.backward()
+                with self.fast_paths():
+                    with self.autocast():
+                        loss = F.cross_entropy(run(x), target)
+                    loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 return loss
@@ -173,13 +243,22 @@ class Variant:
             self.peak = torch.cuda.max_memory_allocated(device)
         elif args.memory:  # CPU: allocations above those before the step (profiler)
             self.peak = peak_memory(step, device)
-        if self.variant == "graph":
-            step = self._capture(step)
+        if "graph" in self.tokens:
+            step = self._capture(step, keep=(model, x))
         self.step = step
         self.setup_s = time.perf_counter() - start
 
-    def _capture(self, step):
+    def _capture(self, step, keep):
         """Capture one inference step in a CUDA graph; returns its replay.
+
+        A CUDA graph records raw device addresses: the parameters and the input it reads and
+        the output it writes must stay allocated for as long as it replays. ``keep`` (model,
+        input) and the captured output are held by the returned replay function. (Without
+        that, the first device run's graphs read freed memory: after ``prepare`` only
+        ``graph.replay`` survived, the model and its input were freed to the caching
+        allocator, and the next ``torch.cuda.graph`` capture, which starts with
+        ``torch.cuda.empty_cache()``, returned their segments to the driver, so the first
+        timed replay raised "an illegal memory access".)
 
         cuDNN's algorithm search is switched off for the side-stream warm-up and the capture,
         so that no search (with its trial kernels and temporary workspaces) can happen
@@ -201,12 +280,20 @@ class Variant:
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                step()
+                output = step()
         finally:
             torch.backends.cudnn.benchmark = benchmark
         graph.replay()
         torch.cuda.synchronize()
-        return graph.replay
+        if self.args.graph_drop_references:  # the first device run's code: nothing but the replay survives
+            return graph.replay
+        held = (graph, output) + tuple(keep)
+
+        def replay():
+            held[0].replay()
+            return held[1]
+
+        return replay
 
     def release(self):
         self.step = None
@@ -216,18 +303,35 @@ def run_mode(mode, args, device, dtype, deadline):
     variants = []
     for name in args.models:
         names = args.variants if is_model(name) or args.timm_variants is None else args.timm_variants
+        names = args.model_variants.get(name, names)
         for variant in names:
-            if variant == "graph" and (device.type != "cuda" or mode != "infer"):
+            tokens = variant_tokens(variant)
+            if "graph" in tokens and (device.type != "cuda" or mode != "infer"):
+                continue
+            if "fold" in tokens and mode != "infer":
                 continue
             variants.append(Variant(name, variant, mode, args, device, dtype))
     # compiled variants last, in the order given (they are the slow ones to prepare)
-    for name in (args.models if "all" in args.compile else args.compile):
-        variants.append(Variant(name, "compile", mode, args, device, dtype))
+    # in the order of --compile-variants, then of the models: e.g. SReT-T and DeiT-T compiled
+    # before the folded SReT-T
+    seen = set()
+    for variant in args.compile_variants:
+        for name in (args.models if "all" in args.compile else args.compile):
+            tokens = variant_tokens(variant) | {"compile"}
+            if not is_model(name):  # fold / nofuse / packed / 3op change only our models
+                tokens -= set(OURS_ONLY)
+            if ("fold" in tokens and mode != "infer") or "graph" in tokens:
+                continue
+            label = "+".join(t for t in TOKENS if t in tokens)
+            if (name, label) not in seen:
+                seen.add((name, label))
+                variants.append(Variant(name, label, mode, args, device, dtype))
     for v in variants:
         need = 0.0
-        if v.variant == "compile":
+        if "compile" in v.tokens:
             need = args.compile_estimate[0 if mode == "infer" else 1]
-            if mode == "infer" and "train" in args.modes and v.name != args.compile[0]:
+            if (mode == "infer" and "train" in args.modes and args.compile and v.name != args.compile[0]
+                    and args.compile_priority == "train"):
                 need += args.compile_estimate[1]  # leave room for the first model's training compile
         if deadline is not None and time.perf_counter() + need > deadline:
             v.error = "skipped (time budget)"
@@ -272,7 +376,7 @@ def run_mode(mode, args, device, dtype, deadline):
             rows.append([NAMES.get(v.name, v.name), v.variant, batch, v.error, "", "", "", "", "", ""])
             continue
         r = rate[id(v)]
-        twin, mine = same.get(v.variant), own.get(v.name)
+        twin, mine = same.get(hardware_variant(v.variant)), own.get(v.name)
         rows.append([
             NAMES.get(v.name, v.name), v.variant, batch, f"{r:,.0f}" if r >= 100 else f"{r:.1f}",
             fmt_ratio(r / rate[id(mine)]) if mine else "n/a",
@@ -323,6 +427,14 @@ def main(argv=None):
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    args.model_variants = {}
+    names = []
+    for entry in args.models:
+        name, _, listed = entry.partition(":")
+        names.append(name)
+        if listed:
+            args.model_variants[name] = [_variant(v) for v in listed.split(",")]
+    args.models = names
     have_timm = timm_available()
     missing = [m for m in args.models if not is_model(m) and not have_timm]
     args.models = [m for m in args.models if m not in missing]

@@ -8,6 +8,11 @@ import torch
 # make small-tensor tests many times slower (each op waits for a descheduled thread).
 torch.set_num_threads(int((os.environ.get("OMP_NUM_THREADS") or "").split(",")[0] or max(1, min(2, os.cpu_count() or 1))))
 
+# The optional Triton kernels (fairseq_sret.core.fused) run under Triton's interpreter on a
+# machine without CUDA; Triton reads the flag when it is first imported, so set it here.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SRET_SHARED", REPO.parent / "shared"))
 

@@ -105,3 +105,32 @@ def test_gpu_bench_script_dry_run(tmp_path):
     assert "### attention: G scaling" in (tmp_path / "attention.txt").read_text()
     assert summary.startswith("date: ")
     assert len(list(tmp_path.iterdir())) <= 8
+
+
+def test_bench_vision_variants_and_fold_smoke():
+    out = run_script("bench_vision", "--models", "sret_t:3op,nofuse,eager,fold", "--modes", "infer")
+    variants = [r.split("|")[2].strip() for r in rows(out, "SReT-T")]
+    assert variants == ["3op", "nofuse", "eager", "fold"], out
+
+
+def test_bench_vision_variant_names():
+    from benchmarks.bench_vision import hardware_variant, variant_tokens
+
+    assert variant_tokens("eager") == set() and variant_tokens("fold+graph") == {"fold", "graph"}
+    assert hardware_variant("fold+compile") == "compile" and hardware_variant("3op") == "eager"
+    with pytest.raises(ValueError, match="unknown variant"):
+        variant_tokens("fast")
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_bench_fairseq_cli_smoke(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "--smoke", "--work", str(tmp_path)], cwd=REPO,
+        env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "### fairseq-train / fairseq-generate (cpu)" in out
+    for arch in ("sret_transformer_tiny", "transformer"):
+        row = rows(out, arch)
+        assert len(row) == 1 and "n/a" not in row[0].split("|")[3] and "n/a" not in row[0].split("|")[5], out

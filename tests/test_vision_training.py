@@ -197,3 +197,16 @@ def test_mixed_depth_training_logs_and_evaluates_every_depth(image_folder, capsy
         with pytest.raises(SystemExit):
             script.run(common(image_folder, epochs=1, mixed_depth=value))
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_with_compile(image_folder, tmp_path):
+    """--compile trains through torch.compile (the tracing-only backend here, seconds on a CPU)
+    and saves checkpoints under the model's own parameter names."""
+    script = load_script()
+    out = tmp_path / "compiled"
+    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=2, output=out, compile=True,
+                              compile_backend="eager"))
+    assert math.isfinite(stats["train_loss"]) and stats["val_n"] == 8
+    state = torch.load(out / "checkpoint_last.pt", weights_only=False)["model"]
+    assert not any(k.startswith("_orig_mod") for k in state)

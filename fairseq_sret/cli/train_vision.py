@@ -88,6 +88,13 @@ def get_parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps-per-epoch", type=int, default=None, help="for smoke tests")
     p.add_argument("--log-interval", type=int, default=50)
+    p.add_argument("--compile", action="store_true",
+                   help="run the model through torch.compile (training and evaluation; every model"
+                        " compiles without graph breaks); checkpoints keep the plain parameter names")
+    p.add_argument("--compile-mode", default=None,
+                   help="torch.compile mode, e.g. max-autotune (default: torch's default)")
+    p.add_argument("--compile-backend", default="inductor",
+                   help="torch.compile backend (inductor; eager / aot_eager only trace, for checks)")
     return p
 
 
@@ -184,6 +191,8 @@ def run(argv=None) -> dict:
     if args.finetune:
         load_checkpoint(model, args.finetune, strict=False)
     model.to(device)
+    # the module that runs (compiled or not); ``model`` keeps the parameters and their names
+    net = torch.compile(model, mode=args.compile_mode, backend=args.compile_backend) if args.compile else model
 
     eval_tf = EvalTransform(img_size)
     val_set = ImageFolder(val_dir, eval_tf) if has_val else None
@@ -192,13 +201,13 @@ def run(argv=None) -> dict:
     val_loader = build_loader(val_set, args.batch_size, False, args.workers, device) if val_set else None
 
     if args.dump_logits:
-        dump_logits(model, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp)
+        dump_logits(net, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp)
         print(json.dumps({"dumped_logits": args.dump_logits}))
         return {"dumped_logits": args.dump_logits}
     if args.eval_only:
         if val_loader is None:
             raise SystemExit(f"no validation split {val_dir}")
-        stats = evaluate(model, val_loader, device, amp)
+        stats = evaluate(net, val_loader, device, amp)
         print(json.dumps({"eval": stats}))
         return stats
 
@@ -250,7 +259,7 @@ def run(argv=None) -> dict:
             images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
             soft = None
             with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                logits = model(images)
+                logits = net(images)
                 if teacher is not None:
                     with torch.no_grad():
                         soft = teacher(images)
@@ -262,7 +271,7 @@ def run(argv=None) -> dict:
                 depth_sums[full] = depth_sums.get(full, 0.0) + loss.item() * target.numel()
                 for term in depth_terms:
                     with model.at_depth(term.depths[0]), torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                        term_loss = objective(model(images), target, soft)
+                        term_loss = objective(net(images), target, soft)
                     depth_sums[term.label] = depth_sums.get(term.label, 0.0) + term_loss.item() * target.numel()
                     loss = loss + term.weight * term_loss
             if not math.isfinite(loss.item()):
@@ -281,10 +290,10 @@ def run(argv=None) -> dict:
         stats = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "lr": lr, "time": time.time() - started}
         stats.update({f"train_loss_depth{d}": v / max(seen, 1) for d, v in depth_sums.items()})
         if val_loader is not None:
-            stats.update({f"val_{k}": v for k, v in evaluate(model, val_loader, device, amp).items()})
+            stats.update({f"val_{k}": v for k, v in evaluate(net, val_loader, device, amp).items()})
             for term in depth_terms:
                 with model.at_depth(term.depths[0]):
-                    shallow = evaluate(model, val_loader, device, amp)
+                    shallow = evaluate(net, val_loader, device, amp)
                 stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
         print(json.dumps(stats), flush=True)
         if args.output:

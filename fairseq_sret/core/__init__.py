@@ -9,6 +9,9 @@
   it runs), parsed and validated from user values in one place.
 - :func:`set_depth` / :func:`at_depth`: run every recursive layer of a model at a chosen
   depth; :func:`parse_mixed_depth`: the terms of mixed-depth training.
+- :func:`fold_lrc`: an inference copy with the LRC coefficients folded into weights.
+- :func:`lrc_add` / :func:`lrc_add_norm` (:mod:`.fused`): residual + LRC (+ LayerNorm) as one
+  operation, a Triton kernel on CUDA; :func:`fast_paths` switches the fast paths.
 """
 
 from .attention import SlicedGroupAttention, reorder_cache
@@ -16,15 +19,18 @@ from .block import SReTBlock
 from .depth import DepthTerm, at_depth, check_depth, check_mixed_depth, parse_mixed_depth, set_depth
 from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
+from .fold import fold_lrc
+from .fused import fast_paths, lrc_add, lrc_add_norm
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive
-from .residual import LearnableResidual
+from .residual import FoldedResidual, LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep
 
 __all__ = [
     "DepthTerm",
     "DropPath",
     "FeedForward",
+    "FoldedResidual",
     "LearnableResidual",
     "NonLinearProjection",
     "PARTITION_MODES",
@@ -37,7 +43,11 @@ __all__ = [
     "check_depth",
     "check_mixed_depth",
     "compute_partition",
+    "fast_paths",
+    "fold_lrc",
     "get_activation",
+    "lrc_add",
+    "lrc_add_norm",
     "parse_mixed_depth",
     "reorder_cache",
     "set_depth",

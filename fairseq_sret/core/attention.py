@@ -10,11 +10,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .partition import cached_partition, compute_partition, group_of_position
+from .fused import get_fast_paths
+from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
 
 AttentionCache = Dict[str, Tensor]  # plus the flag STATIC_KV for cross-attention caches
 STATIC_KV = "static_kv"
+
+# Sliced attention over sequences of at most this many tokens runs as one attention kernel
+# over the whole sequence with a group mask (the same function) instead of packing the
+# groups: (unpadded, padded) per device type. Short sequences make the packed kernels
+# launch- and memory-bound, and a padded batch would need a partition (sort, scatters,
+# gathers) in every forward, while masked full attention over L tokens stays cheap.
+# CPU: measured (single thread, docs/benchmarks.md: one kernel 1.03-1.19x faster for
+# unpadded L <= 32, 1.12-1.31x for padded L <= 128, ties around 48-64 / 256). CUDA: from
+# the H100 attention table (G=8: L=128 packed 0.42x of G=1, L=512 1.21x), to be confirmed
+# by benchmarks/gpu_bench.sh. ``fast_paths(grouped_one_kernel=N)`` sets both (0 = never).
+ONE_KERNEL_MAX_LENGTH = {"cpu": (32, 128), "cuda": (256, 256)}
 
 
 class SlicedGroupAttention(nn.Module):
@@ -136,21 +148,26 @@ class SlicedGroupAttention(nn.Module):
         bias = self.qkv.bias[:c] if self.qkv.bias is not None else None
         return self._split_heads(F.linear(x, self.qkv.weight[:c], bias))
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], is_causal: bool) -> Tensor:
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], is_causal: bool,
+        every_row_has_key: bool = False,
+    ) -> Tensor:
         """SDPA with rows that have no allowed key zeroed instead of NaN.
 
         q: (N, H, Lq, d); k, v: (N, H, Lk, d); mask: bool, True = may attend, broadcastable
-        to (N, H, Lq, Lk).
+        to (N, H, Lq, Lk). ``every_row_has_key``: the caller knows that every query may
+        attend to some key (no fix-up needed).
         """
         dropout = self.dropout if self.training else 0.0
-        if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
+        if mask is None or every_row_has_key:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
         row_has_key = mask.any(dim=-1, keepdim=True)
         safe_mask = mask | ~row_has_key
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout)
-        # Zero the rows without keys. On accelerators multiply unconditionally (exact: x * 1
-        # is x) rather than read ``row_has_key.all()``, a device-to-host sync.
-        if out.device.type != "cpu" or not bool(row_has_key.all()):
+        # Zero the rows without keys. On accelerators (and under torch.compile) multiply
+        # unconditionally (exact: x * 1 is x) rather than read ``row_has_key.all()``, a
+        # device-to-host sync (and a graph break).
+        if out.device.type != "cpu" or torch.compiler.is_compiling() or not bool(row_has_key.all()):
             out = out * row_has_key.to(out.dtype)
         return out
 
@@ -216,6 +233,8 @@ class SlicedGroupAttention(nn.Module):
         if mode == "random" and not self.training:
             mode = "strided"
         valid = None if key_padding_mask is None else ~key_padding_mask
+        if mode != "random" and length <= self._one_kernel_max_length(qkv.device, valid is not None):
+            return self._forward_grouped_masked(qkv, valid, mode, groups)
         # Without padding, equal slices are plain reshapes (no gather, no index tensors):
         # contiguous slice g holds positions g*S .. g*S+S-1, strided group g positions
         # g, g+G, g+2G, ... (position s*G+g is slot s of group g).
@@ -248,7 +267,7 @@ class SlicedGroupAttention(nn.Module):
         # Unpadded: every slot holds a token exactly when G divides L (groups of ceil(L/G)
         # or one fewer), known without reading slot_valid (no device-to-host sync).
         some_empty = (length % groups != 0) if valid is None else (
-            slot_valid is not None and not bool(slot_valid.all())
+            slot_valid is not None and (torch.compiler.is_compiling() or not bool(slot_valid.all()))
         )
         if some_empty:
             key_ok = slot_valid.view(-1, groups, width).expand(batch, -1, -1).reshape(batch * groups, 1, 1, width)
@@ -268,6 +287,33 @@ class SlicedGroupAttention(nn.Module):
             out = out.index_select(1, inverse[0])
         else:
             out = out.gather(1, inverse.unsqueeze(-1).expand(-1, -1, channels))
+        if valid is not None:
+            out = out * valid.unsqueeze(-1).to(out.dtype)
+        return out
+
+    @staticmethod
+    def _one_kernel_max_length(device: torch.device, padded: bool) -> int:
+        chosen = get_fast_paths().grouped_one_kernel
+        if chosen is None:
+            return ONE_KERNEL_MAX_LENGTH.get(device.type, (0, 0))[int(padded)]
+        return chosen
+
+    def _forward_grouped_masked(self, qkv: Tensor, valid: Optional[Tensor], mode: str, groups: int) -> Tensor:
+        """The grouped attention of :meth:`_forward_grouped` as one attention call over the
+        whole sequence: key j is allowed for query i when both are real tokens of the same
+        group (and j <= i when causal). No packing, gathers or partition tensors.
+        qkv: (B, L, 3C) -> (B, L, C) before out_proj."""
+        batch, length, _ = qkv.shape
+        q, k, v = qkv.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if valid is None:
+            mask = cached_group_mask(length, groups, mode, qkv.device)
+        else:
+            group = group_of_position(valid, length, groups, qkv.device, mode)  # (B, L), -1 = padding
+            mask = (group[:, None, :, None] == group[:, None, None, :]) & valid[:, None, None, :]
+        if self.causal:
+            mask = mask & torch.ones(length, length, dtype=torch.bool, device=qkv.device).tril()
+        # unpadded, every query attends at least to itself
+        out = self._merge_heads(self._attend(q, k, v, mask, is_causal=False, every_row_has_key=valid is None))
         if valid is not None:
             out = out * valid.unsqueeze(-1).to(out.dtype)
         return out

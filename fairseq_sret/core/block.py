@@ -1,6 +1,6 @@
 """The transformer layer that SReT re-applies (paper Eq. 1 with LRC, Eq. 7)."""
 
-from typing import Callable, Dict, Optional, Sequence, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 from torch import Tensor, nn
 
@@ -82,6 +82,25 @@ class SReTBlock(nn.Module):
             x = norm(x)
         return x
 
+    def lrc_sublayers(self):
+        """(LayerNorm, residual, last linear of the branch) per residual sub-layer, in order
+        (read by :func:`fairseq_sret.core.fold_lrc`)."""
+        subs = [(self.self_attn_norm, self.self_attn_residual, self.self_attn.out_proj)]
+        if self.cross_attn is not None:
+            subs.append((self.cross_attn_norm, self.cross_attn_residual, self.cross_attn.out_proj))
+        subs.append((self.ffn_norm, self.ffn_residual, self.ffn.fc2))
+        return subs
+
+    @property
+    def input_norm(self) -> nn.LayerNorm:
+        """The LayerNorm that reads the block's input (pre-LN)."""
+        return self.self_attn_norm
+
+    @property
+    def chains_norms(self) -> bool:
+        """Whether ``forward`` takes ``normed`` / ``next_norm`` (pre-LN blocks)."""
+        return self.normalize_before
+
     def forward(
         self,
         x: Tensor,
@@ -90,7 +109,9 @@ class SReTBlock(nn.Module):
         memory_padding_mask: Optional[Tensor] = None,
         recursion: Union[int, RecursionStep] = 0,
         cache: Optional[BlockCache] = None,
-    ) -> Tensor:
+        normed: Optional[Tensor] = None,
+        next_norm: Optional[nn.LayerNorm] = None,
+    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         """x: (B, L, C); memory: (B, Lk, C); masks True at padding. Returns (B, L, C).
 
         ``recursion``: this application's :class:`RecursionStep` (or its index in
@@ -98,21 +119,51 @@ class SReTBlock(nn.Module):
 
         ``cache`` (incremental decoding) is a dict owned by the caller for this application
         of the layer; it holds one attention cache per attention module.
+
+        Pre-LN only, for callers that chain layers through the fused residual + LayerNorm
+        kernel (:class:`Recursive` does): ``normed`` is ``self.self_attn_norm(x)``, already
+        computed by the caller; with ``next_norm`` the block returns ``(x, next_norm(x))``,
+        the LayerNorm computed together with the last residual.
+
+        In a pre-LN block every residual is computed together with the LayerNorm of the next
+        sub-layer (:meth:`LearnableResidual.forward_norm`): one kernel on CUDA with Triton,
+        otherwise exactly ``res(x, f)`` followed by ``norm``.
         """
         step = self.schedule.step(recursion)
         self_cache = cross_cache = None
         if cache is not None:
             self_cache = cache.setdefault("self_attn", {})
             cross_cache = cache.setdefault("cross_attn", {})
-        x = self._sublayer(
-            x, self.self_attn_norm, self.self_attn_residual,
-            lambda h: self.self_attn(h, key_padding_mask=key_padding_mask, recursion=step, cache=self_cache),
-        )
-        if self.cross_attn is not None:
-            x = self._sublayer(
-                x, self.cross_attn_norm, self.cross_attn_residual,
-                lambda h: self.cross_attn(
-                    h, memory=memory, key_padding_mask=memory_padding_mask, recursion=step, cache=cross_cache
-                ),
+
+        def self_attn(h: Tensor) -> Tensor:
+            return self.self_attn(h, key_padding_mask=key_padding_mask, recursion=step, cache=self_cache)
+
+        def cross_attn(h: Tensor) -> Tensor:
+            return self.cross_attn(
+                h, memory=memory, key_padding_mask=memory_padding_mask, recursion=step, cache=cross_cache
             )
-        return self._sublayer(x, self.ffn_norm, self.ffn_residual, lambda h: self.ffn(h, recursion=step))
+
+        def ffn(h: Tensor) -> Tensor:
+            return self.ffn(h, recursion=step)
+
+        sublayers = [(self.self_attn_norm, self.self_attn_residual, self_attn)]
+        if self.cross_attn is not None:
+            sublayers.append((self.cross_attn_norm, self.cross_attn_residual, cross_attn))
+        sublayers.append((self.ffn_norm, self.ffn_residual, ffn))
+
+        if not self.normalize_before:
+            if normed is not None or next_norm is not None:
+                raise ValueError("normed / next_norm are for pre-LN blocks (normalize_before=True)")
+            for norm, residual, fn in sublayers:
+                x = self._sublayer(x, norm, residual, fn)
+            return x
+
+        h = normed if normed is not None else self.self_attn_norm(x)
+        for i, (_, residual, fn) in enumerate(sublayers):
+            branch = self.drop_path(self.dropout(fn(h)))
+            following = sublayers[i + 1][0] if i + 1 < len(sublayers) else next_norm
+            if following is None:
+                x = residual(x, branch)
+            else:
+                x, h = residual.forward_norm(x, branch, following)
+        return (x, h) if next_norm is not None else x

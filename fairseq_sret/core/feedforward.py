@@ -1,6 +1,6 @@
 """Position-wise MLPs: the transformer FFN (paper Eq. 3) and the NLL (paper Eq. 5/8)."""
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple, Union
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -60,6 +60,27 @@ class NonLinearProjection(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.residual = LearnableResidual(lrc)
 
-    def forward(self, x: Tensor, recursion: Optional[object] = None) -> Tensor:
-        """``recursion``: the step of the application this NLL follows."""
-        return self.residual(x, self.dropout(self.mlp(self.norm(x), recursion)))
+    #: the LayerNorm that reads the input; ``forward`` takes ``normed`` / ``next_norm``
+    #: (see :meth:`fairseq_sret.core.SReTBlock.forward`)
+    chains_norms = True
+
+    @property
+    def input_norm(self) -> nn.LayerNorm:
+        return self.norm
+
+    def lrc_sublayers(self):
+        """(LayerNorm, residual, last linear) of the one residual (for ``fold_lrc``)."""
+        return [(self.norm, self.residual, self.mlp.fc2)]
+
+    def forward(
+        self, x: Tensor, recursion: Optional[object] = None, normed: Optional[Tensor] = None,
+        next_norm: Optional[nn.LayerNorm] = None,
+    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        """``recursion``: the step of the application this NLL follows. ``normed``:
+        ``self.norm(x)`` computed by the caller; with ``next_norm`` returns
+        ``(out, next_norm(out))``, the LayerNorm fused with the residual where possible."""
+        h = normed if normed is not None else self.norm(x)
+        branch = self.dropout(self.mlp(h, recursion))
+        if next_norm is None:
+            return self.residual(x, branch)
+        return self.residual.forward_norm(x, branch, next_norm)

@@ -70,7 +70,11 @@ def compute_partition(
     positions = torch.arange(length, device=device).expand(batch, length)
     # Without padding every mode makes groups of ceil(L/G) or one token fewer, so the slot
     # width is known without reading the data (no device-to-host sync).
+    # Under torch.compile the data-dependent width would break the graph: use the bound
+    # ceil(L/G) there (more empty slots, flagged invalid, same result).
     known_width = None if valid is not None else max(-(-length // groups), 1)
+    if known_width is None and torch.compiler.is_compiling():
+        known_width = max(-(-length // groups), 1)
     if valid is None:
         valid = torch.ones(batch, length, dtype=torch.bool, device=device)
     count = valid.sum(dim=1, keepdim=True)
@@ -115,15 +119,26 @@ def compute_partition(
     return slots, slot_valid, inverse
 
 
-def group_of_position(valid: Optional[Tensor], length: int, groups: int, device) -> Tensor:
-    """Strided group index of every position (B or 1, L); padded positions get -1."""
+def group_of_position(valid: Optional[Tensor], length: int, groups: int, device, mode: str = "strided") -> Tensor:
+    """Group index of every position (B or 1, L) in a ``strided`` or ``contiguous``
+    partition (the groups of :func:`compute_partition`); padded positions get -1."""
+    if mode not in ("contiguous", "strided"):
+        raise ValueError(f"group_of_position: deterministic modes only, got {mode!r}")
     if valid is None:
-        return (torch.arange(length, device=device) % groups).unsqueeze(0)
+        positions = torch.arange(length, device=device)
+        if mode == "strided":
+            return (positions % groups).unsqueeze(0)
+        count = torch.full((1, 1), length, dtype=torch.long, device=device)
+        return _group_of_rank(positions.unsqueeze(0), count, groups, mode)
     rank = valid.cumsum(dim=1) - 1
-    return torch.where(valid, rank % groups, torch.full_like(rank, -1))
+    if mode == "strided":
+        group = rank % groups
+    else:
+        group = _group_of_rank(rank, valid.sum(dim=1, keepdim=True), groups, mode)
+    return torch.where(valid, group, torch.full_like(rank, -1))
 
 
-_CACHE: "OrderedDict[tuple, Tuple[Tensor, Tensor, Tensor]]" = OrderedDict()
+_CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 _CACHE_SIZE = 128
 
 
@@ -137,15 +152,45 @@ def cached_partition(length: int, groups: int, mode: str, device: torch.device) 
     """
     if mode not in ("contiguous", "strided"):
         raise ValueError(f"only deterministic partitions can be cached, got {mode!r}")
-    if torch.compiler.is_compiling():
-        return compute_partition(None, length, groups, mode, device)
-    key = (length, groups, mode, torch.device(device))
+    return _cached(("partition", length, groups, mode), device,
+                   lambda: compute_partition(None, length, groups, mode, device))
+
+
+def cached_group_mask(length: int, groups: int, mode: str, device: torch.device) -> Tensor:
+    """(1, 1, L, L) bool, True where query i and key j share a group, for L unpadded tokens
+    in a ``contiguous`` or ``strided`` partition; memoised like :func:`cached_partition`."""
+    if mode not in ("contiguous", "strided"):
+        raise ValueError(f"only deterministic partitions can be cached, got {mode!r}")
+
+    def make():
+        group = group_of_position(None, length, groups, device, mode)[0]
+        return (group[:, None] == group[None, :])[None, None]
+
+    return _cached(("mask", length, groups, mode), device, make)
+
+
+def _capturing(device) -> bool:
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _cached(key: tuple, device, make):
+    """Least-recently-used memo of small index/mask tensors, per device.
+
+    Under ``torch.compile`` or while a CUDA graph is being captured nothing is read from or
+    added to the cache: a graph records raw addresses, and a cached tensor that the graph
+    read could later be evicted and its memory reused while the graph still replays it (and
+    one first made during capture would live in the graph's private memory pool). The
+    tensors are then made in place, as part of the compiled or captured code.
+    """
+    if torch.compiler.is_compiling() or _capturing(device):
+        return make()
+    key = key + (torch.device(device),)
     hit = _CACHE.get(key)
     if hit is None:
         # ordinary tensors even when called under inference_mode, so that a later
         # training forward may save them for backward
         with torch.inference_mode(False), torch.no_grad():
-            hit = compute_partition(None, length, groups, mode, device)
+            hit = make()
         _CACHE[key] = hit
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)

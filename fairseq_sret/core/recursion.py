@@ -6,6 +6,7 @@ from typing import Any, Callable, Iterator, List, Optional, Union
 import torch.utils.checkpoint
 from torch import Tensor, nn
 
+from .fused import fused_kernels_active
 from .schedule import RecursionSchedule, RecursionStep
 
 
@@ -84,6 +85,8 @@ class Recursive(nn.Module):
         """x: (B, L, C) -> (B, L, C). ``caches``: one dict per recursion, or None."""
         if caches is not None and len(caches) != self.recursions:
             raise ValueError(f"expected {self.recursions} caches, got {len(caches)}")
+        if self._chains_norms(x):
+            return self._forward_chained(x, caches, args, kwargs)
         for step in self.schedule.running():
             cache = None if caches is None else caches[step.index]
             if self.checkpoint and self.training and cache is None and x.requires_grad:
@@ -92,6 +95,38 @@ class Recursive(nn.Module):
                 )
             else:
                 x = self._apply_once(x, step, cache, args, kwargs)
+        return x
+
+    # ------------------------------------------------------------ fused LayerNorm chain
+    def _chains_norms(self, x: Tensor) -> bool:
+        """Chain the applications through the fused residual + LayerNorm kernel: only when
+        that kernel runs for ``x`` (CUDA + Triton, not compiling), every module takes
+        ``normed``/``next_norm`` (pre-LN blocks, NLLs) and no checkpointing is active."""
+        if self.checkpoint and self.training:
+            return False
+        if not getattr(self.layer, "chains_norms", False):
+            return False
+        if self.nlls is not None and not all(getattr(n, "chains_norms", False) for n in self.nlls):
+            return False
+        return fused_kernels_active(x)
+
+    def _forward_chained(self, x: Tensor, caches, args, kwargs) -> Tensor:
+        """The same applications as :meth:`forward`, each module's last residual computed
+        together with the next module's input LayerNorm (the next application of the layer,
+        or the NLL that follows it): one kernel instead of two reads of the residual stream."""
+        calls = []
+        for step in self.schedule.running():
+            layer_kwargs = dict(kwargs, recursion=step)
+            if caches is not None and caches[step.index] is not None:
+                layer_kwargs["cache"] = caches[step.index]
+            calls.append((self.layer, args, layer_kwargs))
+            if self.nlls is not None and step.nll is not None:
+                calls.append((self.nlls[step.nll], (), {"recursion": step}))
+        normed = None
+        for i, (module, call_args, call_kwargs) in enumerate(calls):
+            following = calls[i + 1][0].input_norm if i + 1 < len(calls) else None
+            out = module(x, *call_args, normed=normed, next_norm=following, **call_kwargs)
+            x, normed = out if following is not None else (out, None)
         return x
 
     def extra_repr(self) -> str:

@@ -261,7 +261,11 @@ class SReTEncoderLayer(nn.Module):
         """x: (T, B, C), encoder_padding_mask: (B, T) True at padding -> (T, B, C)"""
         if attn_mask is not None:
             raise NotImplementedError("sret_transformer encoder layers take no attn_mask")
-        return self.recursive(x.transpose(0, 1), key_padding_mask=encoder_padding_mask).transpose(0, 1)
+        # (B, T, C) made contiguous once (free from the second layer on, whose input is the
+        # transposed view of this output): a strided residual stream makes every LayerNorm
+        # copy its input, and its gradients trip AOTAutograd's view replay under torch.compile
+        x = x.transpose(0, 1).contiguous()
+        return self.recursive(x, key_padding_mask=encoder_padding_mask).transpose(0, 1)
 
     def upgrade_state_dict_named(self, state_dict, name):
         check_checkpoint_recursions(state_dict, name, self.recursive, "encoder")
@@ -318,7 +322,7 @@ class SReTDecoderLayer(nn.Module):
             raise NotImplementedError("prev_self_attn_state/prev_attn_state are not supported")
         memory = None if encoder_out is None else encoder_out.transpose(0, 1)
         out = self.recursive(
-            x.transpose(0, 1),
+            x.transpose(0, 1).contiguous(),  # see SReTEncoderLayer.forward
             key_padding_mask=self_attn_padding_mask,
             memory=memory,
             memory_padding_mask=encoder_padding_mask,

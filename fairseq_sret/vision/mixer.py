@@ -62,11 +62,20 @@ class MixerLayer(nn.Module):
         self.dropout = nn.Dropout(drop_rate)
         self.drop_path = DropPath(drop_path)
 
+    def lrc_sublayers(self):
+        """(LayerNorm, residual, last linear) per residual, in order (for ``core.fold_lrc``)."""
+        return [
+            (self.token_norm, self.token_residual, self.token_mlp.fc2),
+            (self.channel_norm, self.channel_residual, self.channel_mlp.fc2),
+        ]
+
     def forward(self, x: Tensor, recursion: int = 0) -> Tensor:
         """``recursion`` is accepted for :class:`Recursive`; every application is the same."""
         mixed = self.token_mlp(self.token_norm(x).transpose(1, 2)).transpose(1, 2)
-        x = self.token_residual(x, self.drop_path(self.dropout(mixed)))
-        mixed = self.channel_mlp(self.channel_norm(x))
+        # the residual and the channel-mixing LayerNorm that reads it: one kernel where the
+        # fused kernel runs (CUDA + Triton), else exactly residual then norm
+        x, h = self.token_residual.forward_norm(x, self.drop_path(self.dropout(mixed)), self.channel_norm)
+        mixed = self.channel_mlp(h)
         return self.channel_residual(x, self.drop_path(self.dropout(mixed)))
 
 

@@ -1,0 +1,239 @@
+"""Translation throughput through fairseq's own command-line tools.
+
+    python -m benchmarks.bench_fairseq_cli --work /tmp/nmt_cli               # CUDA: fp16 and bf16
+    python -m benchmarks.bench_fairseq_cli --work /tmp/nmt_cli --smoke       # CPU, tiny, fp32 (harness check)
+
+For every precision and architecture (default ``sret_transformer_iwslt_de_en`` against
+fairseq's ``transformer_iwslt_de_en`` made pre-LN with ``--encoder-normalize-before
+--decoder-normalize-before``, both ``--share-all-embeddings``):
+
+- ``fairseq_cli.train``: ``--max-update`` updates of ``--max-tokens`` tokens on a generated
+  reversal corpus (``fairseq_sret.toy_data``, ~10K joined vocabulary like IWSLT'14, 10-40
+  words a sentence); target tokens/s = the median ``wps`` of fairseq's ``train_inner`` logs
+  after the first interval (warm-up);
+- ``fairseq_cli.generate``: beam ``--beam`` on ``--gen-sentences`` test sentences with every
+  hypothesis forced to ``--gen-len`` tokens (``--min-len`` = ``--max-len-b``, ``--max-len-a 0``),
+  so both models decode the same number of steps of the just-trained checkpoint;
+  sentences/s as fairseq prints it (generation time only).
+
+Precisions: ``fp16`` is fairseq's ``--fp16`` (half-precision model, fp32 master weights in the
+optimizer; generation in half precision). ``bf16`` is bfloat16 autocast: fairseq's ``--bf16``
+implies ``--tpu`` and does not run on a GPU, so training uses ``--amp`` with fairseq's autocast
+switched to bfloat16, and generation runs inside ``torch.autocast("cuda", torch.bfloat16)``
+(this module's ``run-train`` / ``run-generate`` wrappers do both). ``fp32``: neither (CPU).
+Each run is its own process (fairseq's start-up is excluded from both rates).
+"""
+
+import argparse
+import functools
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BASELINE_FLAGS = {"transformer_iwslt_de_en": ["--encoder-normalize-before", "--decoder-normalize-before"],
+                  "transformer": ["--encoder-normalize-before", "--decoder-normalize-before"]}
+WPS = re.compile(r'"wps":\s*"?([0-9.]+)')
+INNER = re.compile(r"train_inner")
+GEN = re.compile(r"Translated ([0-9,]+) sentences \(([0-9,]+) tokens\) in ([0-9.]+)s \(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", required=True, help="folder for the corpus, the data-bin, checkpoints and logs")
+    p.add_argument("--archs", nargs="+", default=["sret_transformer_iwslt_de_en", "transformer_iwslt_de_en"])
+    p.add_argument("--precisions", nargs="+", choices=["fp16", "bf16", "fp32"], default=None,
+                   help="default: fp16 bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--vocab", type=int, default=5000, help="words per side (joined dictionary ~2x)")
+    p.add_argument("--train-sentences", type=int, default=30000)
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--max-update", type=int, default=60)
+    p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--gen-sentences", type=int, default=512)
+    p.add_argument("--gen-batch", type=int, default=128)
+    p.add_argument("--gen-len", type=int, default=30)
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=180, help="seconds per fairseq process")
+    p.add_argument("--skip-generate", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny models and data, fp32 (harness check)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.archs = ["sret_transformer_tiny", "transformer"]
+        args.precisions = ["fp32"]
+        args.vocab, args.train_sentences, args.max_tokens = 40, 300, 400
+        args.max_update, args.log_interval = 4, 1
+        args.gen_sentences, args.gen_batch, args.gen_len, args.beam = 8, 8, 6, 2
+        args.timeout = 240
+        args.extra = ["--cpu", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim",
+                      "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+                      "--decoder-attention-heads", "2", "--encoder-layers", "2", "--decoder-layers", "2"]
+    else:
+        args.extra = []
+    return args
+
+
+# ----------------------------------------------------------------------------- wrappers
+def _bf16_autocast(*_, enabled=True, **__):
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=enabled)
+
+
+def run_train(argv):
+    """fairseq_cli.train with fairseq's AMP autocast in bfloat16 when ``--sret-bf16`` is given."""
+    import torch
+
+    if "--sret-bf16" in argv:
+        argv = [a for a in argv if a != "--sret-bf16"] + ["--amp"]
+        torch.cuda.amp.autocast = functools.partial(_bf16_autocast)  # fairseq_task.train_step's autocast
+    sys.argv = ["fairseq-train"] + argv
+    from fairseq_cli.train import cli_main
+
+    cli_main()
+
+
+def run_generate(argv):
+    """fairseq_cli.generate, inside bfloat16 autocast when ``--sret-bf16`` is given."""
+    import contextlib
+
+    import torch
+
+    bf16 = "--sret-bf16" in argv
+    argv = [a for a in argv if a != "--sret-bf16"]
+    sys.argv = ["fairseq-generate"] + argv
+    from fairseq_cli.generate import cli_main
+
+    with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        cli_main()
+
+
+# ----------------------------------------------------------------------------- driver
+def _run(cmd, log, timeout):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    start = time.perf_counter()
+    with open(log, "w") as f:
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    return rc, time.perf_counter() - start, Path(log).read_text(errors="replace")
+
+
+def prepare_data(args, work: Path):
+    from fairseq_sret.toy_data import write_reversal_corpus
+
+    raw, binned = work / "raw", work / "bin"
+    if (binned / "dict.src.txt").exists():
+        return binned
+    write_reversal_corpus(raw, splits=(("train", args.train_sentences), ("valid", 64), ("test", args.gen_sentences)),
+                          vocab_size=args.vocab, lengths=(10, 40) if not args.smoke else (3, 8))
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",
+           "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"), "--testpref", str(raw / "test"),
+           "--destdir", str(binned), "--joined-dictionary", "--workers", str(min(8, os.cpu_count() or 1))]
+    rc, secs, out = _run(cmd, work / "preprocess.log", 300)
+    if rc != 0:
+        raise SystemExit(f"fairseq preprocess failed ({rc}):\n{out[-2000:]}")
+    print(f"data: {args.train_sentences} training pairs, {args.gen_sentences} test pairs, "
+          f"{sum(1 for _ in open(binned / 'dict.src.txt'))} dictionary entries (preprocessed in {secs:.0f} s)", flush=True)
+    return binned
+
+
+def precision_flags(precision):
+    return {"fp16": ["--fp16"], "bf16": ["--sret-bf16"], "fp32": []}[precision]
+
+
+def train(args, binned, arch, precision, work):
+    save = work / f"ckpt_{arch}_{precision}"
+    cmd = [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "run-train", str(binned),
+           "--user-dir", str(REPO / "fairseq_sret"), "--arch", arch, "--share-all-embeddings",
+           *BASELINE_FLAGS.get(arch, []), "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-4",
+           "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "20", "--dropout", "0.3",
+           "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+           "--max-tokens", str(args.max_tokens), "--max-update", str(args.max_update),
+           "--log-format", "json", "--log-interval", str(args.log_interval), "--save-dir", str(save),
+           "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0", "--seed", "1",
+           *precision_flags(precision), *args.extra]
+    rc, secs, out = _run(cmd, work / f"train_{arch}_{precision}.log", args.timeout)
+    wps = [float(m.group(1)) for line in out.splitlines() if INNER.search(line) for m in [WPS.search(line)] if m]
+    rate = statistics.median(wps[1:]) if len(wps) > 1 else (wps[0] if wps else None)
+    return {"rc": rc, "seconds": secs, "wps": rate, "intervals": len(wps), "checkpoint": save / "checkpoint_last.pt",
+            "tail": out[-1500:]}
+
+
+def generate(args, binned, arch, precision, checkpoint, work):
+    cmd = [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "run-generate", str(binned),
+           "--user-dir", str(REPO / "fairseq_sret"), "--path", str(checkpoint), "--gen-subset", "test",
+           "--beam", str(args.beam), "--batch-size", str(args.gen_batch), "--min-len", str(args.gen_len),
+           "--max-len-a", "0", "--max-len-b", str(args.gen_len), "--required-batch-size-multiple", "1",
+           "--num-workers", "0", "--quiet", *precision_flags(precision), *(["--cpu"] if args.smoke else [])]
+    rc, secs, out = _run(cmd, work / f"generate_{arch}_{precision}.log", args.timeout)
+    m = GEN.search(out)
+    return {"rc": rc, "seconds": secs, "sentences_s": float(m.group(4)) if m else None,
+            "tokens_s": float(m.group(5)) if m else None, "sentences": int(m.group(1).replace(",", "")) if m else None,
+            "tail": out[-1500:]}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("run-train", "run-generate"):
+        return (run_train if argv[0] == "run-train" else run_generate)(argv[1:])
+    args = parse_args(argv)
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.common import command_line, fmt_ratio, hardware_line, print_table
+
+    cuda = torch.cuda.is_available() and not args.smoke
+    args.precisions = args.precisions or (["fp16", "bf16"] if cuda else ["fp32"])
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    print(command_line())
+    print(hardware_line(torch.device("cuda" if cuda else "cpu")))
+    binned = prepare_data(args, work)
+    results = {}
+    for precision in args.precisions:
+        for arch in args.archs:
+            r = train(args, binned, arch, precision, work)
+            print(f"train {arch} {precision}: rc={r['rc']} {r['seconds']:.0f} s, wps {r['wps']}", flush=True)
+            if r["rc"] != 0:
+                print(r["tail"])
+            g = None
+            if not args.skip_generate and r["checkpoint"].exists():
+                g = generate(args, binned, arch, precision, r["checkpoint"], work)
+                print(f"generate {arch} {precision}: rc={g['rc']} {g['seconds']:.0f} s, {g['sentences_s']} sentences/s",
+                      flush=True)
+                if g["rc"] != 0:
+                    print(g["tail"])
+            results[(arch, precision)] = (r, g)
+    base_arch = args.archs[-1]
+    rows = []
+    for (arch, precision), (r, g) in results.items():
+        base_r, base_g = results.get((base_arch, precision), (None, None))
+        rows.append([
+            arch, precision, f"{r['wps']:,.0f}" if r["wps"] else f"failed ({r['rc']})",
+            fmt_ratio(r["wps"] / base_r["wps"]) if r["wps"] and base_r and base_r["wps"] else "n/a",
+            f"{g['sentences_s']:.1f}" if g and g["sentences_s"] else "n/a",
+            fmt_ratio(g["sentences_s"] / base_g["sentences_s"]) if g and g["sentences_s"] and base_g and base_g["sentences_s"] else "n/a",
+            f"{g['tokens_s']:,.0f}" if g and g["tokens_s"] else "n/a",
+        ])
+    print_table(
+        f"fairseq-train / fairseq-generate ({'cuda' if cuda else 'cpu'}): {args.max_update} updates of "
+        f"{args.max_tokens} tokens; beam {args.beam}, {args.gen_sentences} sentences forced to {args.gen_len} tokens",
+        ["arch", "precision", "train target tokens/s (wps)", f"vs {base_arch}", "generate sentences/s",
+         f"vs {base_arch}", "generate tokens/s"],
+        rows,
+    )
+    (work / "results.json").write_text(json.dumps(
+        {f"{a}/{p}": {"train_wps": r["wps"], "train_rc": r["rc"], "generate_sentences_s": g and g["sentences_s"],
+                      "generate_rc": g and g["rc"]} for (a, p), (r, g) in results.items()}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

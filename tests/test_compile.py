@@ -1,0 +1,89 @@
+"""torch.compile(fullgraph=True) traces every model kind without a graph break.
+
+``fullgraph=True`` turns any graph break into an error. The backends are torch's tracing-only
+ones ("eager": Dynamo's graph capture; "aot_eager": also AOTAutograd's forward/backward
+tracing), so the checks take seconds on a CPU instead of Inductor's code generation; the
+outputs are compared with the uncompiled module. fairseq's own ``TransformerEncoder.forward``
+has a data-dependent branch (``if has_pads``) and is not compiled here; our layers inside it are.
+"""
+
+import importlib.util
+
+import pytest
+import torch
+
+from fairseq_sret.core import NonLinearProjection, Recursive, SReTBlock, fast_paths, fold_lrc
+from fairseq_sret.vision import create_model
+
+HAVE_FAIRSEQ = importlib.util.find_spec("fairseq") is not None
+
+
+def compiles_fullgraph(module, *inputs, backend="aot_eager", train=True, **kwargs):
+    """Compile ``module`` with fullgraph=True in eval (and train) mode; outputs must match."""
+    for mode in ("eval", "train") if train else ("eval",):
+        getattr(module, mode)()
+        torch._dynamo.reset()
+        compiled = torch.compile(module, fullgraph=True, backend=backend)
+        if mode == "eval":
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(*inputs, **kwargs), module(*inputs, **kwargs))
+        else:
+            out = compiled(*inputs, **kwargs)
+            out.float().square().mean().backward()
+            assert all(p.grad is not None for p in module.parameters() if p.requires_grad)
+            module.zero_grad()
+    torch._dynamo.reset()
+
+
+def _stack():
+    torch.manual_seed(0)
+    block = SReTBlock(16, 2, 24, groups=(2, 1), partition=("contiguous", "random"), drop_path=0.1, dropout=0.1)
+    return Recursive(block, 2, make_nll=lambda i: NonLinearProjection(16, 0.5))
+
+
+def test_compile_core_recursive_block():
+    compiles_fullgraph(_stack(), torch.randn(2, 12, 16))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("one_kernel", [None, 0])  # masked single kernel / packed groups with a partition
+def test_compile_core_recursive_block_padded(one_kernel):
+    mask = torch.zeros(2, 12, dtype=torch.bool)
+    mask[0, -3:] = True
+    with fast_paths(grouped_one_kernel=one_kernel):
+        compiles_fullgraph(_stack(), torch.randn(2, 12, 16), key_padding_mask=mask)
+
+
+@pytest.mark.slow
+def test_compile_sret_t():
+    torch.manual_seed(0)
+    model = create_model("sret_t", img_size=64, num_classes=10)
+    x = torch.randn(2, 3, 64, 64)
+    compiles_fullgraph(model, x, backend="eager")
+    compiles_fullgraph(fold_lrc(model), x, backend="eager", train=False)
+
+
+@pytest.mark.slow
+def test_compile_recursive_mixer():
+    torch.manual_seed(0)
+    model = create_model(
+        "recursive_mixer_b16", img_size=32, embed_dim=32, depth=2, token_mlp_dim=16, channel_mlp_dim=64,
+        num_classes=10,
+    )
+    compiles_fullgraph(model, torch.randn(2, 3, 32, 32))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_compile_nmt_encoder_layer():
+    from fairseq_sret.models.toy import build_model
+
+    torch.manual_seed(0)
+    model = build_model(
+        "sret_transformer_tiny", encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=48,
+        decoder_ffn_embed_dim=48, encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2,
+        decoder_layers=2, dropout=0.1, encoder_groups="2,1",
+    )
+    mask = torch.zeros(2, 10, dtype=torch.bool)
+    mask[0, -3:] = True
+    compiles_fullgraph(model.encoder.layers[0], torch.randn(10, 2, 32), mask)

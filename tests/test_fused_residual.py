@@ -1,0 +1,240 @@
+"""Residual + LRC (+ LayerNorm) as one operation: the PyTorch path against its definition
+(gradcheck in float64), and the Triton kernel against the PyTorch path.
+
+The Triton tests run the real kernels on a CUDA device, or on the CPU under Triton's
+interpreter (``TRITON_INTERPRET=1``, set by conftest.py before Triton is first imported);
+they are skipped when Triton is not installed (``pip install -e .[kernels]``).
+"""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from fairseq_sret.core import FoldedResidual, LearnableResidual, NonLinearProjection, Recursive, SReTBlock, fused
+from fairseq_sret.core.fused import fast_paths, lrc_add, lrc_add_norm, lrc_add_norm_ref, lrc_add_ref
+
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+
+
+def _scale(kind, value, dtype=torch.float64, device="cpu", grad=True):
+    if kind == "tensor":
+        return torch.tensor([value], dtype=dtype, device=device, requires_grad=grad)
+    return value if kind == "const" else None
+
+
+SCALE_KINDS = [("tensor", "tensor"), ("const", None), (None, None), ("const", "const"), ("tensor", None)]
+
+
+# ----------------------------------------------------------------------------- PyTorch path
+@pytest.mark.parametrize("skip_kind,branch_kind", SCALE_KINDS)
+def test_lrc_add_is_its_definition(skip_kind, branch_kind):
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 7, 16, dtype=torch.float64), torch.randn(4, 7, 16, dtype=torch.float64)
+    s, b = _scale(skip_kind, 0.7, grad=False), _scale(branch_kind, -1.3, grad=False)
+    # float64: the one-kernel form rounds the product-sum once instead of twice
+    torch.testing.assert_close(lrc_add(x, y, s, b), lrc_add_ref(x, y, s, b), rtol=1e-15, atol=1e-15)
+    x32, y32 = x.float(), y.float()
+    s32 = s.float() if isinstance(s, torch.Tensor) else s
+    b32 = b.float() if isinstance(b, torch.Tensor) else b
+    # float32: within one rounding of the three-kernel expression
+    torch.testing.assert_close(lrc_add(x32, y32, s32, b32), lrc_add_ref(x32, y32, s32, b32), rtol=2e-7, atol=1e-6)
+
+
+def test_lrc_one_op_switch_restores_the_three_kernel_expression():
+    torch.manual_seed(0)
+    lrc = LearnableResidual(True)
+    with torch.no_grad():
+        lrc.skip_scale.fill_(0.3)
+        lrc.branch_scale.fill_(1.7)
+    x, y = torch.randn(3, 5, 16), torch.randn(3, 5, 16)
+    with fast_paths(lrc_one_op=False):
+        assert torch.equal(lrc(x, y), lrc.skip_scale * x + lrc.branch_scale * y)
+    assert fused.get_fast_paths().lrc_one_op
+    with pytest.raises(ValueError, match="fused"):
+        fused.set_fast_paths(fused="sometimes")
+
+
+def test_lrc_one_op_counts_two_kernels_not_three():
+    from torch.profiler import ProfilerActivity, profile
+
+    lrc = LearnableResidual(True)
+    x, y = torch.randn(64, 16), torch.randn(64, 16)
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        lrc(x, y)
+    ops = [e.key for e in prof.key_averages() if e.key in ("aten::mul", "aten::add", "aten::addcmul")]
+    assert sorted(ops) == ["aten::addcmul", "aten::mul"], ops
+
+
+@pytest.mark.parametrize("skip_kind,branch_kind", SCALE_KINDS)
+def test_gradcheck_pytorch_path(skip_kind, branch_kind):
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
+    norm = nn.LayerNorm(6).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    s, b = _scale(skip_kind, 0.7), _scale(branch_kind, -1.3)
+    leaves = [t for t in (x, y, s, b, norm.weight, norm.bias) if isinstance(t, torch.Tensor)]
+
+    def fn(*_):
+        res, out = lrc_add_norm(x, y, s, b, norm)
+        return res, out, lrc_add(x, y, s, b)
+
+    with fast_paths(fused="off"):
+        assert torch.autograd.gradcheck(fn, tuple(leaves))
+        res, out = lrc_add_norm(x, y, s, b, norm)
+    ref_res, ref_out = lrc_add_norm_ref(x, y, s, b, norm.weight, norm.bias, norm.eps)
+    torch.testing.assert_close(res, ref_res, rtol=1e-15, atol=1e-15)
+    torch.testing.assert_close(out, ref_out, rtol=1e-13, atol=1e-13)
+
+
+def test_forward_norm_of_residual_modules():
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(8)
+    x, y = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    for res in (LearnableResidual(True), LearnableResidual(False), FoldedResidual(0.5), FoldedResidual(1.0)):
+        out, normed = res.forward_norm(x, y, norm)
+        assert torch.equal(out, res(x, y)) and torch.equal(normed, norm(out))
+    assert torch.allclose(FoldedResidual(0.5)(x, y), 0.5 * x + y) and torch.equal(FoldedResidual(1.0)(x, y), x + y)
+
+
+# ----------------------------------------------------------------------------- Triton kernel
+@pytest.fixture
+def triton_kernels():
+    if not HAVE_TRITON:
+        pytest.skip("Triton not installed (pip install -e .[kernels]); the kernel is optional")
+    fused.triton_available.cache_clear()
+    if not fused.triton_available():
+        pytest.skip("Triton installed but not usable here")
+    from fairseq_sret.core import _triton_kernels
+
+    if not CUDA and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no CUDA and TRITON_INTERPRET is not 1 (conftest.py sets it)")
+    yield _triton_kernels
+    fused.triton_available.cache_clear()
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("skip_kind,branch_kind", SCALE_KINDS)
+@pytest.mark.parametrize("shape", [(3, 5, 24), (70, 64)])
+def test_triton_kernel_matches_reference(triton_kernels, norm, skip_kind, branch_kind, shape):
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=DEVICE, requires_grad=True)
+    y = torch.randn(shape, device=DEVICE, requires_grad=True)
+    s = _scale(skip_kind, 0.7, torch.float32, DEVICE)
+    b = _scale(branch_kind, -1.3, torch.float32, DEVICE)
+    n = shape[-1]
+    w = torch.randn(n, device=DEVICE, requires_grad=True)
+    bias = torch.randn(n, device=DEVICE, requires_grad=True)
+    leaves = [t for t in (x, y, s, b) + ((w, bias) if norm else ()) if isinstance(t, torch.Tensor)]
+    if norm:
+        got = triton_kernels.lrc_add_norm_triton(x, y, s, b, w, bias, 1e-5, norm=True)
+        want = lrc_add_norm_ref(x, y, s, b, w, bias, 1e-5)
+    else:
+        got = (triton_kernels.lrc_add_norm_triton(x, y, s, b, None, None, 0.0, norm=False),)
+        want = (lrc_add_ref(x, y, s, b),)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+    grads_out = [torch.randn_like(r) for r in want]
+    got_grads = torch.autograd.grad(got, leaves, grads_out)
+    want_grads = torch.autograd.grad(want, leaves, grads_out)
+    for g, r in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4 * max(1.0, r.abs().max().item()))
+
+
+def test_triton_kernel_gradcheck_float64(triton_kernels):
+    torch.manual_seed(0)
+    x = torch.randn(5, 12, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    y = torch.randn(5, 12, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    s = torch.tensor([0.7], dtype=torch.float64, device=DEVICE, requires_grad=True)
+    b = torch.tensor([-1.3], dtype=torch.float64, device=DEVICE, requires_grad=True)
+    w = torch.randn(12, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    bias = torch.randn(12, dtype=torch.float64, device=DEVICE, requires_grad=True)
+
+    def fn(x, y, s, b, w, bias):
+        res, out = triton_kernels.lrc_add_norm_triton(x, y, s, b, w, bias, 1e-5, norm=True)
+        return res, out, triton_kernels.lrc_add_norm_triton(x, y, s, b, None, None, 0.0, norm=False)
+
+    assert torch.autograd.gradcheck(fn, (x, y, s, b, w, bias))
+
+
+def test_triton_mixed_dtypes_follow_pytorch_promotion(triton_kernels):
+    torch.manual_seed(0)
+    x = torch.randn(6, 32, device=DEVICE)  # float32 residual stream
+    y = torch.randn(6, 32, device=DEVICE).bfloat16()  # half-precision branch
+    s, b = torch.tensor([0.9], device=DEVICE), torch.tensor([1.1], device=DEVICE)
+    norm = nn.LayerNorm(32).to(DEVICE)
+    with fast_paths(fused="force"):
+        res, out = lrc_add_norm(x, y, s, b, norm)
+    ref_res, ref_out = lrc_add_norm_ref(x, y, s, b, norm.weight, norm.bias, norm.eps)
+    assert res.dtype == ref_res.dtype == torch.float32 and out.dtype == ref_out.dtype
+    torch.testing.assert_close(res, ref_res)
+    torch.testing.assert_close(out, ref_out)
+
+
+def _small_stack():
+    torch.manual_seed(0)
+    block = SReTBlock(16, 2, 24, groups=(2, 1), partition=("contiguous", "random"), drop_path=0.0)
+    model = Recursive(block, 2, make_nll=lambda i: NonLinearProjection(16, 0.5))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("skip_scale", "branch_scale")):
+                p.uniform_(0.5, 1.5)
+    return model.to(DEVICE)
+
+
+def test_recursive_chains_layernorms_through_the_kernel(triton_kernels):
+    """Pre-LN block + NLL applications chained through the fused kernel equal the plain path."""
+    model = _small_stack()
+    x = torch.randn(2, 8, 16, device=DEVICE)
+    model.eval()
+    assert not model._chains_norms(x) or CUDA  # CPU tensors: only when forced
+    with fast_paths(fused="force"):
+        assert model._chains_norms(x)
+        got = model(x)
+    with fast_paths(fused="off"):
+        want = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    model.train()
+    grads = []
+    for mode in ("off", "force"):
+        model.zero_grad()
+        torch.manual_seed(1)  # the same random partition in both runs
+        with fast_paths(fused=mode):
+            model(x).square().mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name in grads[0]:
+        scale = max(1.0, grads[0][name].abs().max().item())
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5 * scale, msg=name)
+
+
+def test_kernel_not_used_with_hooks_or_under_compile(triton_kernels):
+    norm = nn.LayerNorm(8).to(DEVICE)
+    x = torch.randn(4, 8, device=DEVICE)
+    with fast_paths(fused="force"):
+        assert fused._use_triton(x, x, norm)
+        handle = norm.register_forward_hook(lambda *a: None)
+        assert not fused._use_triton(x, x, norm)
+        handle.remove()
+    with fast_paths(fused="off"):
+        assert not fused._use_triton(x, x, norm)
+    assert os.environ.get("SRET_DISABLE_TRITON", "0") != "1"
+
+
+def test_broken_kernel_falls_back_to_pytorch_with_a_warning(triton_kernels, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such device function")
+
+    monkeypatch.setattr(triton_kernels, "lrc_add_norm_triton", broken)
+    monkeypatch.setattr(fused, "_KERNEL_OK", {})
+    x = torch.randn(4, 8, device=DEVICE)
+    norm = nn.LayerNorm(8).to(DEVICE)
+    with fast_paths(fused="force"), pytest.warns(UserWarning, match="using PyTorch"):
+        res, out = lrc_add_norm(x, x, 0.5, None, norm)
+    torch.testing.assert_close(out, norm(0.5 * x + x))
