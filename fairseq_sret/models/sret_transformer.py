@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from fairseq.dataclass import FairseqDataclass
@@ -30,6 +31,7 @@ from fairseq.models.transformer import (
 
 from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock, get_activation, reorder_cache
 from ..core.partition import PARTITION_MODES
+from .hydra_config import namespace_from_config
 
 
 @dataclass
@@ -298,6 +300,8 @@ class SReTTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         """Like fairseq's TransformerModel.build_model, keeping the argparse namespace
         (which carries the SReT options) for the encoder and decoder."""
+        if OmegaConf.is_config(args):  # fairseq-hydra-train's `model:` section, or its checkpoint
+            args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
         check_sret_options(args)
         if getattr(args, "max_source_positions", None) is None:
