@@ -356,9 +356,10 @@ def sret_base_architecture(args):
     for name in SReTOptions.__dataclass_fields__:  # noqa: B007
         _set_default(args, name, getattr(defaults, name))
     # The paper's blocks are pre-LN (Eq. 1, 7): LRC then scales un-normalised branches and
-    # deep recursion stays trainable. fairseq's post-LN is available with --post-ln.
-    _set_default(args, "encoder_normalize_before", True)
-    _set_default(args, "decoder_normalize_before", True)
+    # deep recursion stays trainable. fairseq's post-LN is available with --post-ln, which
+    # then also leaves out the final layer norms, as fairseq's post-LN transformer does.
+    _set_default(args, "encoder_normalize_before", not args.post_ln)
+    _set_default(args, "decoder_normalize_before", not args.post_ln)
     base_architecture(args)
 
 
