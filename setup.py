@@ -35,6 +35,7 @@ setup(
             "sret-train-vision = fairseq_sret.cli.train_vision:main",
             "sret-count = fairseq_sret.cli.count:main",
             "sret-toy-data = fairseq_sret.toy_data:main",
+            "sret-uptrain = fairseq_sret.cli.uptrain:main",
         ],
     },
     classifiers=[
