@@ -35,6 +35,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 
 from .convert import fairseq_transformer_to_sret
 from .hydra_config import _flag, _options
@@ -199,6 +200,8 @@ def finetune_options(args: argparse.Namespace) -> List[str]:
     for key, action in _options(SReTTransformerModel).items():
         value = getattr(args, key, None)
         default = False if key == "post_ln" else getattr(defaults, key, action.default)  # defaults given it
+        if key in ("max_source_positions", "max_target_positions"):
+            default = DEFAULT_MAX_SOURCE_POSITIONS if key == "max_source_positions" else DEFAULT_MAX_TARGET_POSITIONS
         if value is None or value == default:
             continue
         if key == "share_decoder_input_output_embed" and args.share_all_embeddings:
