@@ -21,10 +21,13 @@ setup(
         "sacremoses",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "pillow"],
+        # onnx: the ONNX export test runs in CI too (SReT-T, about half a minute on a CPU)
+        "test": ["pytest", "hypothesis", "pillow", "onnx", "onnxscript", "onnxruntime"],
         "plot": ["matplotlib"],
         # image loading for sret-train-vision (no torchvision needed)
         "vision": ["pillow"],
+        # fairseq_sret.vision.export_onnx (torch's dynamo exporter) and its check with ONNX Runtime
+        "onnx": ["onnx", "onnxscript", "onnxruntime"],
     },
     entry_points={
         "console_scripts": [

@@ -17,6 +17,11 @@ AttentionCache = Dict[str, Tensor]  # plus the flag STATIC_KV for cross-attentio
 STATIC_KV = "static_kv"
 
 
+def _tracing() -> bool:
+    """Inside torch.compile or torch.export (the ONNX exporter): tensor values are unknown."""
+    return bool(getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)())
+
+
 class SlicedGroupAttention(nn.Module):
     """Multi-head attention whose queries and keys are partitioned into groups.
 
@@ -149,8 +154,9 @@ class SlicedGroupAttention(nn.Module):
         safe_mask = mask | ~row_has_key
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout)
         # Zero the rows without keys. On accelerators multiply unconditionally (exact: x * 1
-        # is x) rather than read ``row_has_key.all()``, a device-to-host sync.
-        if out.device.type != "cpu" or not bool(row_has_key.all()):
+        # is x) rather than read ``row_has_key.all()``, a device-to-host sync; so too while
+        # torch.compile / torch.export (ONNX) trace, where the value is not known.
+        if out.device.type != "cpu" or _tracing() or not bool(row_has_key.all()):
             out = out * row_has_key.to(out.dtype)
         return out
 
