@@ -2,7 +2,7 @@
 and CPU inference time.
 
     python -m benchmarks.bench_onnx                          # sret_t and sret_s, 224, one thread
-    python -m benchmarks.bench_onnx --models sret_t --smoke  # harness check
+    python -m benchmarks.bench_onnx --smoke                  # harness check (small models)
 
 For each model (weights randomised, BatchNorm statistics and LRC coefficients included):
 ``fairseq_sret.vision.export_onnx`` (torch.onnx.export(dynamo=True), eval mode, dynamic
@@ -23,11 +23,11 @@ import torch
 from benchmarks.common import command_line, hardware_line, median, print_table, set_threads
 
 
-def randomised(name: str):
+def randomised(name: str, **kwargs):
     from fairseq_sret.vision import create_model
 
     torch.manual_seed(0)
-    model = create_model(name)
+    model = create_model(name, **kwargs)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
@@ -44,10 +44,11 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=["sret_t", "sret_s"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--iters", type=int, default=10, help="timed batch-1 forwards per runtime")
-    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="one block per stage at 64x64 (harness check, seconds)")
     args = p.parse_args(argv)
+    size, kwargs = 224, {}
     if args.smoke:
-        args.iters = 1
+        args.iters, size, kwargs = 1, 64, dict(blocks=(1, 1, 1), img_size=64)
     set_threads(args.threads)
     print(command_line())
     print(hardware_line(torch.device("cpu")))
@@ -61,14 +62,14 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            model = randomised(name)
+            model = randomised(name, **kwargs)
             path = Path(tmp) / f"{name}.onnx"
             wall, cpu = time.perf_counter(), time.process_time()
             export_onnx(model, path)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            diffs = [check_onnx(model, path, torch.randn(b, 3, 224, 224)) for b in (1, 8)]
+            diffs = [check_onnx(model, path, torch.randn(b, 3, size, size)) for b in (1, 8)]
             session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-            image = torch.randn(1, 3, 224, 224)
+            image = torch.randn(1, 3, size, size)
             feed = {"images": image.numpy()}
             times = {"pytorch": [], "onnxruntime": []}
             with torch.no_grad():
