@@ -21,7 +21,7 @@ setup(
         "sacremoses",
     ],
     extras_require={
-        # onnx: the ONNX export test runs in CI too (SReT-T, about half a minute on a CPU)
+        # onnx...: the ONNX export tests (slow tier, about a minute of CPU) run in CI too
         "test": ["pytest", "hypothesis", "pillow", "onnx", "onnxscript", "onnxruntime"],
         "plot": ["matplotlib"],
         # image loading for sret-train-vision (no torchvision needed)

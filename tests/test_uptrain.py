@@ -13,16 +13,18 @@
 import argparse
 import copy
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from cli_helpers import TRAIN, USER_DIR, preprocess, run, write_corpus
+from cli_helpers import ENV, TRAIN, USER_DIR, preprocess, run, write_corpus
 from fairseq import options as fairseq_options
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq_sret.models.toy import architecture_args
-from fairseq_sret.models.uptrain import finetune_options, layer_groups, uptrain_checkpoint
+from fairseq_sret.models.uptrain import layer_groups, uptrain_checkpoint
 from nmt_helpers import SMALL, build
 from test_nmt_model import sample_batch
 
@@ -188,11 +190,6 @@ def test_uptrain_then_generate_and_finetune(tmp_path):
              "--decoder-normalize-before", "--share-all-embeddings"]
     run("fairseq-train", data, *TRAIN, *model, "--max-update", "4", "--save-dir", tmp_path / "transformer")
     source = tmp_path / "transformer" / "checkpoint_last.pt"
-    import subprocess
-    import sys
-
-    from cli_helpers import ENV
-
     converted = tmp_path / "uptrained.pt"
     result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.uptrain", str(source), str(converted)],
                             env=ENV, capture_output=True, text=True, timeout=300)
