@@ -19,13 +19,16 @@ setup(
         "sacrebleu>=2.0",
         "sentencepiece",
         "sacremoses",
+        "pyyaml",  # experiment files (sret-experiments)
     ],
     extras_require={
         # triton: the fused residual + LRC + LayerNorm kernel's tests run under Triton's
         # interpreter on CPU-only machines (~10 s). Capped below 3.9 because this project's
         # local package index carries 3.8.0, so a clean CI install takes it from there in
         # seconds instead of downloading 286 MB; the kernels work with 3.8 and 3.9 (both tested).
-        "test": ["pytest", "hypothesis", "pillow",
+        # onnx...: the ONNX export tests (slow tier, about a minute of CPU) run in CI too
+        # matplotlib: the experiment runner's plots are checked in CI
+        "test": ["pytest", "hypothesis", "pillow", "matplotlib", "onnx", "onnxscript", "onnxruntime",
                  'triton>=3.0,<3.9; platform_system == "Linux" and platform_machine == "x86_64"'],
         # the optional Triton kernels (fairseq_sret.core.fused); CUDA machines with a CUDA
         # build of torch usually have triton already
@@ -33,6 +36,8 @@ setup(
         "plot": ["matplotlib"],
         # image loading for sret-train-vision (no torchvision needed)
         "vision": ["pillow"],
+        # fairseq_sret.vision.export_onnx (torch's dynamo exporter) and its check with ONNX Runtime
+        "onnx": ["onnx", "onnxscript", "onnxruntime"],
     },
     entry_points={
         "console_scripts": [
@@ -44,6 +49,7 @@ setup(
             "sret-count = fairseq_sret.cli.count:main",
             "sret-toy-data = fairseq_sret.toy_data:main",
             "sret-experiments = fairseq_sret.cli.experiments:main",
+            "sret-uptrain = fairseq_sret.cli.uptrain:main",
         ],
     },
     classifiers=[

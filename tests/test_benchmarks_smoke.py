@@ -134,3 +134,20 @@ def test_bench_fairseq_cli_smoke(tmp_path):
     for arch in ("sret_transformer_tiny", "transformer"):
         row = rows(out, arch)
         assert len(row) == 1 and "n/a" not in row[0].split("|")[3] and "n/a" not in row[0].split("|")[5], out
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_bench_uptrain_smoke(tmp_path):
+    out = run_script("bench_uptrain", "--work-dir", str(tmp_path), timeout=600)
+    assert out.startswith("command: ") and "\nhardware: device: CPU" in out
+    assert "0+1 -> 0, 2+3 -> 1" in out and "converted model before fine-tuning: valid loss" in out
+    for run in ("teacher: transformer 4+4 pre-LN", "uptrained 2x2: the teacher's best checkpoint converted, then fine-tuned",
+                "scratch 2x2: random init"):  # (no long from-scratch run in --smoke)
+        assert len(rows(out, run)) == 1, out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None,
+                    reason="ONNX export needs onnxscript and onnxruntime (pip install -e '.[onnx]')")
+def test_bench_onnx_smoke():
+    out = run_script("bench_onnx", timeout=600)
+    assert "### ONNX export" in out and len(rows(out, "sret_t")) == 1 and len(rows(out, "sret_s")) == 1

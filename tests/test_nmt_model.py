@@ -49,6 +49,18 @@ def test_plain_sret_equals_fairseq_transformer(normalize_before, share):
     assert (got - expected).abs().max() <= 1e-5
 
 
+def test_post_ln_alone_is_fairseqs_post_ln_transformer():
+    """``--post-ln`` without ``--*-normalize-before`` has no final layer norms, as fairseq's
+    post-LN transformer (what sret-uptrain's fine-tuning options rely on)."""
+    torch.manual_seed(0)
+    ref, task = build("transformer", **SMALL)
+    ours, _ = build("sret_transformer", task, post_ln=True, **SMALL, **PLAIN)
+    ours.load_state_dict(fairseq_transformer_to_sret(ref.state_dict()))  # strict: no extra norms
+    ref.eval(), ours.eval()
+    src, lengths, prev = sample_batch(task)
+    assert (ours(src, lengths, prev)[0] - ref(src, lengths, prev)[0]).abs().max() <= 1e-5
+
+
 def test_sret_additions_add_exactly_their_parameters():
     plain, _ = build("sret_transformer", **SMALL, **PLAIN)
     with_lrc, _ = build("sret_transformer", **SMALL, **dict(PLAIN, no_lrc=False))

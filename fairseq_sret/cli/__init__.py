@@ -12,6 +12,7 @@ command                                 module
 ``sret-train-vision``                   :mod:`fairseq_sret.cli.train_vision`
 ``sret-count vision|nmt``               :mod:`fairseq_sret.cli.count`
 ``sret-toy-data``                       :mod:`fairseq_sret.toy_data`
+``sret-uptrain``                        :mod:`fairseq_sret.cli.uptrain`
 ======================================  =========================================
 """
 

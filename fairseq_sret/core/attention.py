@@ -29,6 +29,11 @@ STATIC_KV = "static_kv"
 ONE_KERNEL_MAX_LENGTH = {"cpu": (32, 128), "cuda": (256, 256)}
 
 
+def _tracing() -> bool:
+    """Inside torch.compile or torch.export (the ONNX exporter): tensor values are unknown."""
+    return bool(getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)())
+
+
 class SlicedGroupAttention(nn.Module):
     """Multi-head attention whose queries and keys are partitioned into groups.
 
@@ -164,10 +169,10 @@ class SlicedGroupAttention(nn.Module):
         row_has_key = mask.any(dim=-1, keepdim=True)
         safe_mask = mask | ~row_has_key
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout)
-        # Zero the rows without keys. On accelerators (and under torch.compile) multiply
-        # unconditionally (exact: x * 1 is x) rather than read ``row_has_key.all()``, a
-        # device-to-host sync (and a graph break).
-        if out.device.type != "cpu" or torch.compiler.is_compiling() or not bool(row_has_key.all()):
+        # Zero the rows without keys. On accelerators multiply unconditionally (exact: x * 1
+        # is x) rather than read ``row_has_key.all()``, a device-to-host sync; so too while
+        # torch.compile / torch.export (ONNX) trace, where the value is not known.
+        if out.device.type != "cpu" or _tracing() or not bool(row_has_key.all()):
             out = out * row_has_key.to(out.dtype)
         return out
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from fairseq.dataclass import FairseqDataclass
@@ -32,6 +33,7 @@ from fairseq.models.transformer import (
 from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock, get_activation, reorder_cache
 from ..core import depth as recursion_depth
 from ..core.partition import PARTITION_MODES
+from .hydra_config import namespace_from_config
 
 
 @dataclass
@@ -385,6 +387,8 @@ class SReTTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         """Like fairseq's TransformerModel.build_model, keeping the argparse namespace
         (which carries the SReT options) for the encoder and decoder."""
+        if OmegaConf.is_config(args):  # fairseq-hydra-train's `model:` section, or its checkpoint
+            args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
         record_trained_recursions(args)
         check_sret_options(args)
@@ -467,9 +471,10 @@ def sret_base_architecture(args):
     for name in SReTOptions.__dataclass_fields__:  # noqa: B007
         _set_default(args, name, getattr(defaults, name))
     # The paper's blocks are pre-LN (Eq. 1, 7): LRC then scales un-normalised branches and
-    # deep recursion stays trainable. fairseq's post-LN is available with --post-ln.
-    _set_default(args, "encoder_normalize_before", True)
-    _set_default(args, "decoder_normalize_before", True)
+    # deep recursion stays trainable. fairseq's post-LN is available with --post-ln, which
+    # then also leaves out the final layer norms, as fairseq's post-LN transformer does.
+    _set_default(args, "encoder_normalize_before", not args.post_ln)
+    _set_default(args, "decoder_normalize_before", not args.post_ln)
     base_architecture(args)
 
 

@@ -10,6 +10,7 @@ Importing this package registers the models with timm when timm is installed, so
 
 from . import mixer, sret  # noqa: F401  (register the models)
 from .complexity import count_macs, count_params
+from .export import check_onnx, export_onnx
 from .factory import create_model, register_with_timm
 from .losses import SoftDistillationLoss, soft_distillation_loss
 from .mixer import MixerConfig, RecursiveMixer
@@ -27,10 +28,12 @@ __all__ = [
     "SReT",
     "SReTConfig",
     "SoftDistillationLoss",
+    "check_onnx",
     "convert_official_state_dict",
     "count_macs",
     "count_params",
     "create_model",
+    "export_onnx",
     "is_model",
     "list_models",
     "load_checkpoint",

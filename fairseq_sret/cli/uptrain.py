@@ -1,0 +1,67 @@
+"""Convert a trained fairseq transformer checkpoint into an sret_transformer checkpoint with
+fewer unique layers (uptraining), to be fine-tuned with fairseq-train --finetune-from-model.
+
+  sret-uptrain checkpoints/transformer/checkpoint_best.pt uptrained.pt --recursions 2
+
+A 6+6-layer transformer becomes 3 unique layers x 2 recursions per side. Unique layer i
+starts from the average of the original layers it replaces (original layer j of L goes to
+unique layer j*U//L: layers 0,1 -> 0, 2,3 -> 1, 4,5 -> 2), every NLL starts as the identity
+(its output layer is zero), every LRC coefficient at 1; embeddings and the output layer
+are copied. The command prints the fairseq-train options of the converted model.
+"""
+
+import argparse
+import sys
+
+from . import HelpFormatter
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="sret-uptrain", description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("input", help="fairseq checkpoint of a transformer model (any transformer_* architecture)")
+    p.add_argument("output", help="the sret_transformer checkpoint to write")
+    p.add_argument("--recursions", type=int, default=2, help="recursions per side (default: 2)")
+    for side in ("encoder", "decoder"):
+        p.add_argument(f"--{side}-recursions", type=int, default=None, help="overrides --recursions for the " + side)
+        p.add_argument(f"--{side}-layers", type=int, default=None,
+                       help=f"unique {side} layers (default: the original's {side} layers / recursions)")
+        p.add_argument(f"--{side}-groups", default="1", help="self-attention groups per recursion (default: 1)")
+    p.add_argument("--nll-ratio", type=float, default=1.0,
+                   help="hidden ratio of the NLLs, which start as the identity (default: 1.0; 0 = no NLL)")
+    p.add_argument("--no-lrc", action="store_true", help="plain residuals instead of LRC (coefficients 1)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the NLLs' other weights (default: 1)")
+    args = p.parse_args(argv)
+
+    from ..models.uptrain import uptrain_checkpoint
+    from ..nmt_checkpoints import load_checkpoint, save_checkpoint
+
+    state = load_checkpoint(args.input)
+    try:
+        converted, report = uptrain_checkpoint(
+            state, seed=args.seed,
+            encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers,
+            encoder_recursions=args.encoder_recursions or args.recursions,
+            decoder_recursions=args.decoder_recursions or args.recursions,
+            encoder_groups=args.encoder_groups, decoder_groups=args.decoder_groups,
+            nll_ratio=args.nll_ratio, lrc=not args.no_lrc,
+        )
+    except (KeyError, ValueError) as exc:
+        p.error(f"{args.input}: {exc.args[0] if isinstance(exc, KeyError) else exc}")
+    out = save_checkpoint(converted, args.output)
+    print(f"{args.input}: {report['source_arch']}, {report['source_params']:,} parameters", file=sys.stderr)
+    for side, groups in report["groups"].items():
+        mapping = ", ".join(f"{'+'.join(map(str, g))} -> {i}" for i, g in enumerate(groups))
+        print(f"  {side}: {len(groups)} unique x {report['recursions'][side]} recursions; original layers"
+              f" averaged into each unique layer: {mapping}", file=sys.stderr)
+    print(f"wrote {out}: sret_transformer, {report['params']:,} parameters", file=sys.stderr)
+    if report["finetune_options"] is None:
+        print(f"note: {report['note']}", file=sys.stderr)
+        return 0
+    print("fine-tune it with: fairseq-train DATA --user-dir fairseq_sret " + " ".join(report["finetune_options"])
+          + f" --finetune-from-model {out} ...", file=sys.stderr)
+    print(" ".join(report["finetune_options"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
