@@ -25,8 +25,8 @@ else
     "$py" -m pip install -q "$torch_spec"
 fi
 
-if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, hypothesis, onnxscript, onnxruntime" 2>/dev/null \
-        && [ -x "$venv/bin/sret-uptrain" ] \
+if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, hypothesis, onnxscript, onnxruntime, matplotlib, yaml" 2>/dev/null \
+        && [ -x "$venv/bin/sret-uptrain" ] && [ -x "$venv/bin/sret-experiments" ] \
         && [ "$("$py" -c 'import fairseq_sret, os; print(os.path.dirname(os.path.dirname(fairseq_sret.__file__)))')" = "$repo" ]; then
     echo "[setup] fairseq-sret and its dependencies already installed"
 else

@@ -20,6 +20,7 @@ COMMANDS = {
     "sret-count": "fairseq_sret.cli.count",
     "sret-toy-data": "fairseq_sret.toy_data",
     "sret-uptrain": "fairseq_sret.cli.uptrain",
+    "sret-experiments": "fairseq_sret.cli.experiments",
 }
 REPO = Path(__file__).resolve().parents[1]
 
