@@ -19,10 +19,11 @@
 #                        --encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024
 #                        --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 --decoder-attention-heads 4")
 #   SRET_MODEL_ARGS      extra model arguments
-#   SRET_MAX_UPDATE      training updates (default 700, the measured choice for ~30 minutes here)
+#   SRET_MAX_UPDATE      training updates (default 1300: about 25 minutes of training on a
+#                        2-core CPU; chosen with examples/multi30k/quickstart_candidates.yaml)
 #   SRET_TRAIN_MINUTES   also stop after this many minutes (default 0: no time limit; a time
 #                        limit makes the result depend on the machine's speed)
-#   SRET_LR (2e-3)  SRET_WARMUP (400)  SRET_LR_SCHEDULER (inverse_sqrt)  SRET_MAX_TOKENS (4096)
+#   SRET_LR (2e-3)  SRET_WARMUP (600)  SRET_LR_SCHEDULER (inverse_sqrt)  SRET_MAX_TOKENS (2048)
 #   SRET_DROPOUT (0.1)  SRET_WEIGHT_DECAY (0.0001)  SRET_LABEL_SMOOTHING (0.1)  SRET_SEED (1)
 #   SRET_TRAIN_ARGS      extra fairseq-train arguments
 #   SRET_VOCAB           joint SentencePiece vocabulary size (default 8000)
@@ -80,7 +81,7 @@ fi
 
 # ------------------------------------------------------------------ training
 arch="${SRET_ARCH:-sret_transformer_tiny}"
-max_update="${SRET_MAX_UPDATE:-700}"
+max_update="${SRET_MAX_UPDATE:-1300}"
 minutes="${SRET_TRAIN_MINUTES:-0}"
 if [ "${SRET_FRESH:-0}" = "1" ] && [ -d "$ckpt_dir" ]; then
     echo "[quickstart] SRET_FRESH=1: removing $ckpt_dir"
@@ -93,10 +94,10 @@ train_args=(
     "$bin_dir" --user-dir "$repo/fairseq_sret" --arch "$arch" --share-all-embeddings
     --optimizer adam --adam-betas "(0.9,0.98)" --clip-norm 0.0
     --lr "${SRET_LR:-2e-3}" --lr-scheduler "${SRET_LR_SCHEDULER:-inverse_sqrt}"
-    --warmup-updates "${SRET_WARMUP:-400}" --warmup-init-lr 1e-7
+    --warmup-updates "${SRET_WARMUP:-600}" --warmup-init-lr 1e-7
     --dropout "${SRET_DROPOUT:-0.1}" --weight-decay "${SRET_WEIGHT_DECAY:-0.0001}"
     --criterion label_smoothed_cross_entropy --label-smoothing "${SRET_LABEL_SMOOTHING:-0.1}"
-    --max-tokens "${SRET_MAX_TOKENS:-4096}" --max-update "$max_update"
+    --max-tokens "${SRET_MAX_TOKENS:-2048}" --max-update "$max_update"
     --save-dir "$ckpt_dir" --keep-last-epochs 5 --seed "${SRET_SEED:-1}"
     --log-format json --log-interval 10 --num-workers 0
 )
