@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The quick start ("main job"): set up .venv, get Multi30k, prepare it (joint SentencePiece
 # 8K), train a small SReT model on the CPU for a fixed number of updates (the same model on
-# every machine; about 30 minutes in all on a 2-core CPU), then translate test_2016_flickr
+# every machine; about 25 minutes in all on a 2-core CPU), then translate test_2016_flickr
 # De->En and print its sacreBLEU and the path of the trained model.
 #
 #   bash scripts/quickstart.sh [--data DIR] [--run-dir DIR]
@@ -109,7 +109,7 @@ train_args+=(${SRET_MODEL_ARGS:-} ${SRET_TRAIN_ARGS:-})
 echo "[quickstart] training $arch for $max_update updates (full log: $run_dir/train.log)"
 set +e
 "$py" -m fairseq_cli.train "${train_args[@]}" 2>&1 | tee -a "$run_dir/train.log" \
-    | "$py" -m fairseq_sret.experiments.progress --total "$max_update" --prefix "[quickstart]"
+    | "$py" -m fairseq_sret.experiments.progress --total "$max_update" --minutes "$minutes" --prefix "[quickstart]"
 status=("${PIPESTATUS[@]}")
 set -e
 if [ "${status[0]}" != "0" ]; then

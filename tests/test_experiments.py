@@ -167,3 +167,20 @@ def test_progress_prints_updates_done_of_total_and_the_expected_time():
     assert "[quickstart] update 100/100 (100%)" in "\n".join(lines)
     assert "[quickstart] epoch 1: valid loss 4.2 (best 4.2)" in lines
     assert "Traceback (most recent call last):" in lines and not any("nothing to see" in x for x in lines)
+
+
+def test_progress_counts_down_to_a_time_limit_that_comes_before_the_last_update():
+    import io
+
+    from fairseq_sret.experiments.progress import Progress
+
+    now = [0.0]
+    out = io.StringIO()
+    progress = Progress(total=100000, every=30, prefix="[quickstart]", out=out, clock=lambda: now[0], minutes=10)
+    for t, update in ((5, 10), (65, 70), (125, 130)):
+        now[0] = t
+        progress.feed(f'2026 | INFO | train_inner | {{"loss": "5.0", "num_updates": "{update}", "wall": "{t}"}}\n')
+    lines = out.getvalue().splitlines()
+    # 1 update/s and update 70 at 65 s of training: about update 605 at the 600 s limit
+    assert "[quickstart] training stops at the time limit, 10 min: about 605 of 100000 updates at 1.00 s each" in lines
+    assert "[quickstart] update 130, 21% of the 10 min limit, loss 5.0, 1.00 updates/s, ~8 min left" in lines

@@ -4,7 +4,9 @@
         | python -m fairseq_sret.experiments.progress --total 1000
 
 Prints ``update 130/1000 (13%)`` lines with the loss, the speed and the time left, and once
-the first minute of training is over, the expected training time on this machine. Lines
+the first minute of training is over, the expected training time on this machine. With
+``--minutes`` (the run's ``--stop-time-hours`` in minutes) the time left is whichever
+comes first, the last update or the time limit. Lines
 that report problems (errors, tracebacks, fairseq's warnings) and the validation results
 pass through.
 """
@@ -28,8 +30,9 @@ class Progress:
     """Turns fairseq's log lines into progress lines for a run of ``total`` updates."""
 
     def __init__(self, total: int, every: float = 30.0, prefix: str = "[train]", out: TextIO = sys.stdout,
-                 clock=time.monotonic):
+                 clock=time.monotonic, minutes: Optional[float] = None):
         self.total, self.every, self.prefix, self.out, self.clock = total, every, prefix, out, clock
+        self.limit = None if not minutes else 60.0 * minutes  # seconds of training, as fairseq counts them
         self.start = clock()
         self.first: Optional[tuple] = None  # (time, updates) of the first record
         self.last_print = None
@@ -61,14 +64,24 @@ class Progress:
         t0, u0 = self.first
         rate = (updates - u0) / max(now - t0, 1e-9)  # updates per second since the first record
         left = (self.total - updates) / rate if rate > 0 else float("inf")
+        # fairseq's "wall" is the training time its --stop-time-hours compares with the limit
+        trained = float(record.get("wall", now - self.start))
+        timed = self.limit is not None and self.limit - trained < left
+        if timed:
+            left = max(self.limit - trained, 0.0)
         if not self.expected_said and now - self.start >= 60 and rate > 0:
             self.expected_said = True
-            self._say(f"expected training time on this machine: ~{_minutes(self.total / rate)}"
-                      f" ({self.total} updates at {1 / rate:.2f} s each)")
+            if timed:
+                self._say(f"training stops at the time limit, {_minutes(self.limit)}: about"
+                          f" {updates + rate * left:.0f} of {self.total} updates at {1 / rate:.2f} s each")
+            else:
+                self._say(f"expected training time on this machine: ~{_minutes(self.total / rate)}"
+                          f" ({self.total} updates at {1 / rate:.2f} s each)")
         if self.last_print is None or now - self.last_print >= self.every or updates >= self.total:
             self.last_print = now
-            self._say(f"update {updates}/{self.total} ({100 * updates / self.total:.0f}%), loss {record.get('loss')},"
-                      f" {rate:.2f} updates/s, ~{_minutes(left)} left")
+            done = (f"update {updates}, {100 * trained / self.limit:.0f}% of the {_minutes(self.limit)} limit" if timed
+                    else f"update {updates}/{self.total} ({100 * updates / self.total:.0f}%)")
+            self._say(f"{done}, loss {record.get('loss')}, {rate:.2f} updates/s, ~{_minutes(left)} left")
 
 
 def main(argv=None) -> int:
@@ -76,8 +89,12 @@ def main(argv=None) -> int:
     p.add_argument("--total", type=int, required=True, help="the run's --max-update")
     p.add_argument("--every", type=float, default=30.0, help="seconds between progress lines (default: 30)")
     p.add_argument("--prefix", default="[train]", help="text before every line (default: [train])")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="the run's training time limit in minutes (--stop-time-hours x 60), if any")
     args = p.parse_args(argv)
-    progress = Progress(args.total, args.every, args.prefix)
+    if args.minutes is not None and args.minutes < 0:
+        p.error(f"--minutes must be >= 0, got {args.minutes}")
+    progress = Progress(args.total, args.every, args.prefix, minutes=args.minutes)
     for line in sys.stdin:
         progress.feed(line)
     return 0
