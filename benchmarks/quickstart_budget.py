@@ -61,6 +61,7 @@ def summarise(run_dir: Path, title: str) -> dict:
     from fairseq_sret.experiments.runner import model_facts
 
     log = (run_dir / "train.log").read_text()
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d):\d\d \|", log, flags=re.M)
     updates = int(re.findall(r'"num_updates": "([0-9]+)"', log)[-1])
     valid = [float(v) for v in re.findall(r'"valid_loss": "([0-9.]+)"', log)]
     total = re.findall(r"quick start done in ([0-9]+):([0-9]+)", (run_dir / "quickstart.out").read_text())
@@ -68,7 +69,7 @@ def summarise(run_dir: Path, title: str) -> dict:
     scores = {s["name"]: s for s in report["scores"]}
     facts = model_facts(report["checkpoint"])
     return {
-        "run": run_dir.name, "model": title, "params": facts["params"], "applications": facts["applications"],
+        "run": run_dir.name, "model": title, "trained": f"{stamps[0]} to {stamps[-1][11:]}" if stamps else None, "params": facts["params"], "applications": facts["applications"],
         "updates": updates, "train_seconds": training_seconds(run_dir),
         "job_seconds": int(total[-1][0]) * 60 + int(total[-1][1]) if total else None,
         "best_valid_loss": min(valid) if valid else None, "last_valid_loss": valid[-1] if valid else None,
@@ -87,27 +88,28 @@ def minutes(seconds) -> str:
     return "-" if seconds is None else f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
-def write_results(rows, results: Path, command: str) -> None:
+def write_results(rows, results: Path, command: str, measured_by: str) -> None:
     results.mkdir(parents=True, exist_ok=True)
     (results / "quickstart_budget.json").write_text(json.dumps(
         {"command": command, "machine": machine(), "rows": rows}, indent=1) + "\n")
     lines = [
         "# Multi30k De→En quick start against fairseq's transformer at the same CPU budget", "",
-        f"Command: `{command}`  ", f"Machine: {machine()}, `OMP_NUM_THREADS` = all cores.", "",
+        f"Measured by `{measured_by}`; this table written by `{command}`.  ", f"Machine: {machine()}, `OMP_NUM_THREADS` = all cores.", "",
         "One job at a time: the SReT quick start with its defaults (a fixed number of updates), then",
         "each transformer with the same data, schedule (lr 2e-3, inverse sqrt, 600 warm-up updates,",
         "2048-token batches, dropout 0.1, label smoothing 0.1) and evaluation (beam 5, last",
         "checkpoint), stopped after the SReT run's training time (`--stop-time-hours`).", "",
         "| model | unique params | layer applications | updates | training | whole job | best valid loss |"
-        " sacreBLEU | tok. lc BLEU | chrF2 | sent/s (beam 5) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " sacreBLEU | tok. lc BLEU | chrF2 | sent/s (beam 5) | trained (UTC) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['model']} | {r['params']:,} | {r['applications']} | {r['updates']} |"
                      f" {minutes(r['train_seconds'])} | {minutes(r['job_seconds'])} | {r['best_valid_loss']:.3f} |"
                      f" **{r['sacrebleu']:.2f}** | {r['tok_lc_bleu']:.2f} | {r['chrf']:.2f} |"
-                     f" {r['sentences_per_second'] or '-'} |")
-    lines += ["", f"Test set: {rows[0]['subset']}; sacreBLEU signature `{rows[0]['sacrebleu_signature']}`.", ""]
+                     f" {r['sentences_per_second'] or '-'} | {r['trained'] or '-'} |")
+    lines += ["", "Whole job: data preparation, training and evaluation, set-up excluded. sent/s: fairseq-generate's"
+              " own figure for the 1,000 test sentences.", "", f"Test set: {rows[0]['subset']}; sacreBLEU signature `{rows[0]['sacrebleu_signature']}`.", ""]
     (results / "quickstart_budget.md").write_text("\n".join(lines))
 
 
@@ -128,7 +130,8 @@ def main(argv=None) -> int:
                                         "SRET_MODEL_ARGS": model_args, "SRET_TRAIN_MINUTES": str(budget_minutes),
                                         "SRET_MAX_UPDATE": "100000"})
     rows = [summarise(out / SRET[0], SRET[1])] + [summarise(out / name, title) for name, (title, _) in BASELINES.items()]
-    write_results(rows, args.results, command_line().removeprefix("command: "))
+    write_results(rows, args.results, command_line().removeprefix("command: "),
+                  measured_by=f"python -m benchmarks.quickstart_budget --out {args.out}")
     for r in rows:
         print(f"{r['model']}: {r['updates']} updates in {minutes(r['train_seconds'])}, sacreBLEU {r['sacrebleu']:.2f}")
     return 0

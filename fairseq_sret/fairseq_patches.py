@@ -29,6 +29,12 @@ The patches:
   unchanged. (On CPUs start one process per rank with ``--distributed-no-spawn
   --distributed-init-method tcp://HOST:PORT --distributed-rank R --distributed-backend
   gloo``: fairseq's spawning launcher counts CUDA devices.)
+- ``finished_run``: ``fairseq_cli.train.train`` checks ``--max-update`` and
+  ``--stop-time-hours`` only after a training step, so ``fairseq-train`` on a run whose
+  ``checkpoint_last.pt`` already reached them makes one more update and overwrites the
+  checkpoint (a finished quick start or experiment run, started again to be evaluated,
+  changed its model: 800 -> 801 updates, 0.4 BLEU). Patched: an epoch that would start
+  at or past either limit does not start.
 
 Weight sharing itself needs no patch under data parallelism: a layer applied N times is
 one set of parameters whose gradient autograd sums before DDP's hook sees it.
@@ -38,6 +44,7 @@ import argparse
 import functools
 import logging
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Callable, Dict
@@ -197,6 +204,79 @@ def _install_cpu_ddp() -> None:
     distributed_fairseq_model.DistributedDataParallel = CPUFriendlyDistributedDataParallel
 
 
+# ---------------------------------------------------------------- finished_run
+def _training_modules():
+    """``fairseq_cli.train`` and, under ``python -m fairseq_cli.train``, ``__main__`` too."""
+    import fairseq_cli.train
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    same = main is not None and spec is not None and spec.name == "fairseq_cli.train"
+    return [fairseq_cli.train] + ([main] if same and main is not fairseq_cli.train else [])
+
+
+def past_the_limits(cfg, trainer) -> bool:
+    """Has the run already made ``--max-update`` updates or trained ``--stop-time-hours``?"""
+    max_update = cfg.optimization.max_update or float("inf")
+    hours = cfg.optimization.stop_time_hours or 0
+    return trainer.get_num_updates() >= max_update or (
+        hours > 0 and trainer.cumulative_training_time() / 3600 > hours)
+
+
+def _stop_before_the_epoch(train_epoch):
+    @functools.wraps(train_epoch)
+    def train(cfg, trainer, task, epoch_itr):
+        if past_the_limits(cfg, trainer):
+            logger.info("the run already reached --max-update or --stop-time-hours"
+                        " (%d updates): no further training", trainer.get_num_updates())
+            return [None], True
+        return train_epoch(cfg, trainer, task, epoch_itr)
+
+    train._sret_patched = True
+    return train
+
+
+class _EpochStarted(Exception):
+    pass
+
+
+def finished_run_trains_again(train_epoch=None) -> bool:
+    """Does ``fairseq_cli.train.train`` start an epoch for a run already at ``--max-update``?
+
+    Calls it with stand-ins: a trainer at 10 updates, ``max_update`` 10, and an epoch
+    iterator that raises when the epoch starts.
+    """
+    from types import SimpleNamespace
+
+    if train_epoch is None:
+        train_epoch = _training_modules()[0].train
+    if getattr(train_epoch, "_sret_patched", False):
+        return False
+
+    class Epochs:
+        epoch = next_epoch_idx = 1
+
+        def next_epoch_itr(self, **kwargs):
+            raise _EpochStarted()
+
+    cfg = SimpleNamespace(
+        optimization=SimpleNamespace(max_update=10, stop_time_hours=0, update_freq=[1], skip_remainder_batch=False),
+        distributed_training=SimpleNamespace(fix_batches_to_gpus=False), dataset=SimpleNamespace(curriculum=0))
+    trainer = SimpleNamespace(get_num_updates=lambda: 10, cumulative_training_time=lambda: 0.0)
+    try:
+        train_epoch(cfg, trainer, None, Epochs())
+    except _EpochStarted:
+        return True
+    except Exception:  # a fairseq that reads more of the config first: cannot tell, so patch
+        return True
+    return False
+
+
+def _install_finished_run() -> None:
+    for module in _training_modules():
+        module.train = _stop_before_the_epoch(module.train)
+
+
 # ---------------------------------------------------------------- registry
 PATCHES = (
     Patch("keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
@@ -206,6 +286,8 @@ PATCHES = (
           fairseq_loader_fails_on_own_checkpoints, _install_checkpoint_loading),
     Patch("cpu_ddp", "DistributedFairseqModel passes device_ids for CPU modules (CPU DDP fails)",
           fairseq_ddp_passes_device_ids_for_cpu, _install_cpu_ddp),
+    Patch("finished_run", "fairseq-train makes one more update on a run that already reached --max-update"
+          " or --stop-time-hours", finished_run_trains_again, _install_finished_run),
 )
 
 #: ``{patch name: "applied" | "not needed"}`` once :func:`apply_patches` has run.

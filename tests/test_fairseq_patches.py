@@ -4,17 +4,21 @@ without the patch, and gone with it; importing the pure-PyTorch parts changes no
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import fairseq_cli.train
 import fairseq_sret.models  # noqa: F401  (applies the patches)
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.models import distributed_fairseq_model
 from fairseq_sret import fairseq_patches
-from fairseq_sret.nmt_checkpoints import CorruptCheckpointError
+from fairseq_sret.nmt_checkpoints import CorruptCheckpointError, load_checkpoint
+
+from cli_helpers import ENV, SRET, TRAIN, preprocess, write_corpus
 
 
 def test_every_patch_was_needed_and_applied():
@@ -76,3 +80,28 @@ def test_pure_pytorch_parts_import_neither_fairseq_nor_its_patches(module):
         "sorted(m for m in sys.modules if m.startswith('fairseq'))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_finished_run_defect_without_the_patch():
+    assert fairseq_patches.finished_run_trains_again(fairseq_cli.train.train.__wrapped__)
+    assert not fairseq_patches.finished_run_trains_again(fairseq_cli.train.train)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("launcher", ["fairseq-train", "python -m fairseq_cli.train"])
+def test_a_finished_run_started_again_keeps_its_checkpoint(launcher, tmp_path):
+    data_bin = preprocess(write_corpus(tmp_path / "raw", sizes=(("train", 60), ("valid", 10), ("test", 10))))
+    program = [str(Path(sys.executable).parent / "fairseq-train")] if launcher == "fairseq-train" \
+        else [sys.executable, "-m", "fairseq_cli.train"]
+    argv = [*program, str(data_bin), *SRET, *TRAIN, "--max-update", "6", "--save-dir", str(tmp_path / "ckpt")]
+    last = tmp_path / "ckpt" / "checkpoint_last.pt"
+
+    def updates():
+        return load_checkpoint(last)["optimizer_history"][-1]["num_updates"]
+
+    subprocess.run(argv, env=ENV, check=True, capture_output=True, text=True, timeout=300)
+    assert updates() == 6
+    before = last.read_bytes()
+    again = subprocess.run(argv, env=ENV, check=True, capture_output=True, text=True, timeout=300)
+    assert "no further training" in again.stdout + again.stderr
+    assert updates() == 6 and last.read_bytes() == before
