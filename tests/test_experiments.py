@@ -36,6 +36,18 @@ def test_training_log_gives_the_best_epoch_and_its_time():
     assert [p["update"] for p in summary["curve"]] == [10, 20, 30]
 
 
+def test_a_resumed_run_s_clock_continues_from_the_earlier_process():
+    # fairseq's train_wall starts again at 0 in the process that resumes the run
+    resumed = LOG.replace("done training in 60.0 seconds", "done training in 1.0 seconds") + (
+        '2026 | INFO | valid | {"epoch": 4, "valid_loss": "4.6", "valid_num_updates": "40"}\n'
+        '2026 | INFO | train | {"epoch": 4, "train_wps": "2000", "train_num_updates": "40", "train_wall": "15"}\n'
+        '2026 | INFO | valid | {"epoch": 5, "valid_loss": "4.5", "valid_num_updates": "50"}\n'
+        '2026 | INFO | train | {"epoch": 5, "train_wps": "2000", "train_num_updates": "50", "train_wall": "35"}\n')
+    summary = training_summary(parse_training_log(resumed))
+    assert [p["seconds"] for p in summary["curve"]] == [20, 41, 60, 75, 95]
+    assert (summary["best_update"], summary["seconds_to_best"], summary["seconds"]) == (50, 95, 95)
+
+
 def minimal(**changes):
     raw = {"name": "x", "train": {"max_update": 10}, "rows": [{"id": "a", "arch": "transformer"}]}
     raw.update(changes)

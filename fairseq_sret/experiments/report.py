@@ -4,6 +4,7 @@ training seconds; BLEU against unique parameters)."""
 
 import datetime
 import json
+import logging
 import math
 import platform
 import statistics
@@ -72,6 +73,7 @@ def aggregate(experiment: Experiment, records: List[dict]) -> List[dict]:
             stats[key] = {"mean": mean, "std": std, "n": n}
         applications = next((r["model"]["applications"] for r in runs if r.get("model")), None)
         rows.append({"id": row.id, "title": row.label, "arch": row.arch, "args": row.args, "notes": row.notes,
+                     "max_update": row.max_update,
                      "seeds_done": sorted(per_seed), "seeds_planned": row.seeds, "applications": applications,
                      "stats": stats, "per_seed": per_seed})
     return rows
@@ -203,10 +205,11 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
                      str(v.get("best_update") or "–"), _fmt({"mean": v.get("seconds_to_best")}, 0)]
             cells += [_fmt({"mean": v.get(f"bleu/{k}/{x}")}) for k in kinds for x in ev.subsets]
             lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Rows (architecture and flags added to the schedule's):", ""]
+    lines += ["", "Rows (architecture and flags added to the schedule's; the row's own update count):", ""]
     for row in rows:
         flags = " ".join(row["args"])
         lines.append(f"- `{row['id']}`: `--arch {row['arch']}{' ' + flags if flags else ''}`"
+                     + (f", {row['max_update']} updates" if row.get("max_update") else "")
                      + (f" ({row['notes']})" if row["notes"] else ""))
     signatures = _signatures(records)
     if signatures:
@@ -223,6 +226,8 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    for name in ("matplotlib", "PIL"):  # fairseq's import leaves the root logger at DEBUG
+        logging.getLogger(name).setLevel(logging.WARNING)
     colors = {row["id"]: plt.cm.tab10(i % 10) for i, row in enumerate(rows)}
     paths = {}
     fig, (by_update, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))

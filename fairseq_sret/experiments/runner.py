@@ -83,10 +83,12 @@ def parse_training_log(text: str) -> dict:
 
     Returns ``{"epochs": [{"epoch", "num_updates", "valid_loss", "seconds", "wps"}], "last":
     {latest train_inner record}, "done": bool}``; ``seconds`` is fairseq's wall clock of the
-    training (it continues across resumed runs), ``wps`` its target tokens per second.
+    training, ``wps`` its target tokens per second. A resumed run's clock starts again at 0
+    in the log; the seconds here continue from the earlier processes' time.
     """
     epochs: Dict[int, dict] = {}
     last = {}
+    offset, previous = 0.0, 0.0  # seconds of the earlier processes; the last train_wall seen
     for line in text.splitlines():
         match = _LOG_RECORD.search(line)
         if not match:
@@ -105,7 +107,13 @@ def parse_training_log(text: str) -> dict:
             entry["valid_loss"] = record.get("valid_loss")
             entry["num_updates"] = record.get("valid_num_updates")
         else:
-            entry["seconds"] = record.get("train_wall")
+            wall = record.get("train_wall")
+            if isinstance(wall, (int, float)):
+                if wall < previous:
+                    offset += previous
+                previous = wall
+                wall += offset
+            entry["seconds"] = wall
             entry["wps"] = record.get("train_wps")
             entry.setdefault("num_updates", record.get("train_num_updates"))
     ordered = [epochs[e] for e in sorted(epochs)]
