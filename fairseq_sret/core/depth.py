@@ -21,7 +21,7 @@ same stem, in one step: an explicit deep supervision. The loss is
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import ContextManager, Iterator, List, Optional, Sequence, Tuple
 
 from torch import nn
 
@@ -84,6 +84,30 @@ def at_depth(module: nn.Module, depth: Optional[int], name: str = "depth") -> It
     finally:
         for layer, schedule in saved:
             layer.schedule = schedule
+
+
+class DepthControl:
+    """Depth on demand for a model whose recursive layers all share one depth (the vision
+    models): ``recursions``, ``depth``, ``set_depth`` and ``at_depth`` as methods."""
+
+    @property
+    def recursions(self) -> int:
+        """Applications every recursive layer was built (and trained) with."""
+        return built_recursions(self)
+
+    @property
+    def depth(self) -> int:
+        """Applications of every recursive layer that run (:meth:`set_depth`)."""
+        return current_depth(self)
+
+    def set_depth(self, depth: Optional[int]) -> None:
+        """Run the first ``depth`` applications of every recursive layer (None: all); the
+        later applications and their NLLs are skipped, every other module is shared."""
+        set_depth(self, depth)
+
+    def at_depth(self, depth: Optional[int]) -> ContextManager[nn.Module]:
+        """Temporarily run at ``depth`` (see :meth:`set_depth`)."""
+        return at_depth(self, depth)
 
 
 @dataclass(frozen=True)

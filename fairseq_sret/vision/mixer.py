@@ -13,13 +13,13 @@ Recursion comes from :class:`fairseq_sret.core.Recursive`, the residuals from
 """
 
 from dataclasses import dataclass, field, replace
-from typing import ContextManager, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
 from ..core import DropPath, FeedForward, LearnableResidual, NonLinearProjection, Recursive
-from ..core.depth import at_depth, built_recursions, current_depth, set_depth
+from ..core.depth import DepthControl
 from .registry import register_model
 
 Size = Union[int, Tuple[int, int]]
@@ -79,7 +79,7 @@ class MixerLayer(nn.Module):
         return self.channel_residual(x, self.drop_path(self.dropout(mixed)))
 
 
-class RecursiveMixer(nn.Module):
+class RecursiveMixer(DepthControl, nn.Module):
     """MLP-Mixer whose layers are each applied ``recursions`` times. (B, 3, H, W) -> (B, classes)."""
 
     def __init__(self, cfg: Optional[MixerConfig] = None, **kwargs):
@@ -131,24 +131,6 @@ class RecursiveMixer(nn.Module):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         for block in self.blocks:
             block.checkpoint = enable
-
-    @property
-    def recursions(self) -> int:
-        """Applications every Mixer layer was built (and trained) with."""
-        return built_recursions(self)
-
-    @property
-    def depth(self) -> int:
-        """Applications of every Mixer layer that run (:meth:`set_depth`)."""
-        return current_depth(self)
-
-    def set_depth(self, depth: Optional[int]) -> None:
-        """Run the first ``depth`` applications of every layer (None: all)."""
-        set_depth(self, depth)
-
-    def at_depth(self, depth: Optional[int]) -> ContextManager[nn.Module]:
-        """Temporarily run at ``depth`` (see :meth:`set_depth`)."""
-        return at_depth(self, depth)
 
     def forward_features(self, x: Tensor) -> Tensor:
         """(B, in_chans, H, W) -> normalised tokens (B, S, C)."""

@@ -12,14 +12,14 @@ their parameter counts equal the official implementation's (szq0214/SReT) and
 """
 
 from dataclasses import dataclass, field, replace
-from typing import ContextManager, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock
-from ..core.depth import at_depth, built_recursions, current_depth, set_depth
+from ..core.depth import DepthControl
 from .registry import register_model
 
 Size = Union[int, Tuple[int, int]]
@@ -200,7 +200,7 @@ def resize_pos_embed(pos_embed: Tensor, size: Tuple[int, int]) -> Tensor:
     return F.interpolate(pos_embed, size=size, mode="bicubic", align_corners=False)
 
 
-class SReT(nn.Module):
+class SReT(DepthControl, nn.Module):
     """Sliced Recursive Transformer for image classification.
 
     Build with a :class:`SReTConfig` and/or keyword overrides of its fields, or use the
@@ -267,26 +267,6 @@ class SReT(nn.Module):
         for stage in self.stages:
             for block in stage.blocks:
                 block.checkpoint = enable
-
-    # -------------------------------------------------------------- depth on demand
-    @property
-    def recursions(self) -> int:
-        """Applications every shared block was built (and trained) with."""
-        return built_recursions(self)
-
-    @property
-    def depth(self) -> int:
-        """Applications of every shared block that run (:meth:`set_depth`)."""
-        return current_depth(self)
-
-    def set_depth(self, depth: Optional[int]) -> None:
-        """Run the first ``depth`` applications of every shared block (None: all); the
-        later applications and their NLLs are skipped. Stem, pooling and head are shared."""
-        set_depth(self, depth)
-
-    def at_depth(self, depth: Optional[int]) -> ContextManager[nn.Module]:
-        """Temporarily run at ``depth`` (see :meth:`set_depth`)."""
-        return at_depth(self, depth)
 
     # -------------------------------------------------------------- forward
     def _add_pos_embed(self, x: Tensor) -> Tensor:
