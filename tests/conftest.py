@@ -22,3 +22,13 @@ def shared_dir():
     if not SHARED.is_dir():
         pytest.skip(f"shared data folder {SHARED} not present")
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """One torch thread for a module of small-tensor tests (``pytestmark =
+    pytest.mark.usefixtures("single_thread")``): two threads oversubscribe shared CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

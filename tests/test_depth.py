@@ -17,12 +17,7 @@ from fairseq_sret.vision.mixer import RecursiveMixer
 from nmt_helpers import SMALL, build
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def perturb_lrc(model):

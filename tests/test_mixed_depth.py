@@ -17,12 +17,7 @@ from fairseq_sret.models.mixed_depth import MixedDepthLabelSmoothedCrossEntropy
 from test_depth import nmt, sample_batch, tiny_sret
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_parse_mixed_depth_forms_and_errors():

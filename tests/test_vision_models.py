@@ -9,13 +9,7 @@ from fairseq_sret.vision import SReT, count_macs, count_params, create_model, li
 from fairseq_sret.vision.mixer import MixerLayer, RecursiveMixer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """These tensors are small: one thread avoids oversubscription on shared CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # Official implementation (szq0214/SReT), see ../shared/fixtures/sret_official/README.md.

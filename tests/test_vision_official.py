@@ -13,13 +13,7 @@ from fairseq_sret.vision import convert_official_state_dict, create_model, load_
 from fairseq_sret.vision.sret import resize_pos_embed
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """These tensors are small: one thread avoids oversubscription on shared CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 FIXTURE = "fixtures/sret_official"

@@ -13,13 +13,7 @@ from fairseq_sret.vision import SReT, list_models, register_with_timm
 from fairseq_sret.vision.factory import TIMM_MODULE
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """These tensors are small: one thread avoids oversubscription on shared CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

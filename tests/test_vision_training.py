@@ -12,13 +12,7 @@ from fairseq_sret.vision import SoftDistillationLoss, SReT, soft_distillation_lo
 from fairseq_sret.vision.training import cosine_lr, param_groups, topk_correct
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """These tensors are small: one thread avoids oversubscription on shared CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # ----------------------------------------------------------------------- distillation
