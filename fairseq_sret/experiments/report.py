@@ -230,6 +230,13 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         logging.getLogger(name).setLevel(logging.WARNING)
     colors = {row["id"]: plt.cm.tab10(i % 10) for i, row in enumerate(rows)}
     paths = {}
+
+    def save(fig, key: str, suffix: str) -> None:
+        fig.tight_layout()
+        paths[key] = results_dir / f"{experiment.name}_{suffix}.png"
+        fig.savefig(paths[key], dpi=110)
+        plt.close(fig)
+
     fig, (by_update, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
     for record in records:
         curve = (record.get("train") or {}).get("curve") or []
@@ -246,10 +253,7 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         axis.grid(alpha=0.3)
     by_time.legend(fontsize=7, ncol=2)
     fig.suptitle(f"{experiment.title}: validation loss")
-    fig.tight_layout()
-    paths["valid loss"] = results_dir / f"{experiment.name}_valid_loss.png"
-    fig.savefig(paths["valid loss"], dpi=110)
-    plt.close(fig)
+    save(fig, "valid loss", "valid_loss")
 
     subset = experiment.evaluation.subsets[0]
     kind = evaluation_keys(experiment)[0]
@@ -267,10 +271,7 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     axis.grid(alpha=0.3)
     axis.legend(fontsize=6)
     axis.set_title(f"{experiment.title}: BLEU against decoding speed")
-    fig.tight_layout()
-    paths["BLEU against speed"] = results_dir / f"{experiment.name}_bleu_speed.png"
-    fig.savefig(paths["BLEU against speed"], dpi=110)
-    plt.close(fig)
+    save(fig, "BLEU against speed", "bleu_speed")
 
     fig, axis = plt.subplots(figsize=(6.5, 4.5))
     for row in rows:
@@ -284,8 +285,5 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
     axis.set_title(f"{experiment.title}: BLEU against parameters")
-    fig.tight_layout()
-    paths["BLEU against parameters"] = results_dir / f"{experiment.name}_bleu_params.png"
-    fig.savefig(paths["BLEU against parameters"], dpi=110)
-    plt.close(fig)
+    save(fig, "BLEU against parameters", "bleu_params")
     return paths
