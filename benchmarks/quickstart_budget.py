@@ -58,21 +58,23 @@ def training_seconds(run_dir: Path) -> float:
 
 
 def summarise(run_dir: Path, title: str) -> dict:
-    from fairseq_sret.experiments.runner import model_facts
+    from fairseq_sret.experiments.runner import model_facts, parse_training_log, training_summary
 
     log = (run_dir / "train.log").read_text()
     stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d):\d\d \|", log, flags=re.M)
-    updates = int(re.findall(r'"num_updates": "([0-9]+)"', log)[-1])
-    valid = [float(v) for v in re.findall(r'"valid_loss": "([0-9.]+)"', log)]
+    training = training_summary(parse_training_log(log))
+    curve = training.get("curve") or []
     total = re.findall(r"quick start done in ([0-9]+):([0-9]+)", (run_dir / "quickstart.out").read_text())
     report = json.loads((run_dir / "eval" / "test.results.json").read_text())
     scores = {s["name"]: s for s in report["scores"]}
     facts = model_facts(report["checkpoint"])
     return {
-        "run": run_dir.name, "model": title, "trained": f"{stamps[0]} to {stamps[-1][11:]}" if stamps else None, "params": facts["params"], "applications": facts["applications"],
-        "updates": updates, "train_seconds": training_seconds(run_dir),
+        "run": run_dir.name, "model": title, "trained": f"{stamps[0]} to {stamps[-1][11:]}" if stamps else None,
+        "params": facts["params"], "applications": facts["applications"],
+        "updates": training.get("updates"), "train_seconds": training_seconds(run_dir),
         "job_seconds": int(total[-1][0]) * 60 + int(total[-1][1]) if total else None,
-        "best_valid_loss": min(valid) if valid else None, "last_valid_loss": valid[-1] if valid else None,
+        "best_valid_loss": training.get("best_valid_loss"),
+        "last_valid_loss": curve[-1]["valid_loss"] if curve else None,
         "subset": report["subset_name"], "sacrebleu": scores["sacreBLEU"]["score"],
         "sacrebleu_signature": scores["sacreBLEU"]["signature"],
         "tok_lc_bleu": scores["tokenized lowercased BLEU"]["score"], "chrf": scores["chrF2"]["score"],
