@@ -42,6 +42,8 @@ def run_values(record: dict, experiment: Experiment) -> Dict[str, Optional[float
         "best_valid_loss": train.get("best_valid_loss"),
         "best_update": train.get("best_update"),
         "updates": train.get("updates"),
+        "train_seconds": train.get("seconds"),
+        "train_cpu_seconds": record.get("train_cpu_seconds"),
     }
     for kind, subsets in (record.get("eval") or {}).items():
         for subset, result in subsets.items():
@@ -170,12 +172,13 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
               + "".join(f"; `@{name}`: decoded with `{' '.join(flags)}`" for name, flags in ev.variants.items() if name)
               + ". Numbers are mean ± std over the seeds done (n in the seeds column); sent/s is"
               " fairseq-generate's own count (batches of the eval's max tokens)."
-              " Seconds: wall clock of the training process (fairseq's `wall`), with the runs trained"
+              " Train CPU s: user + system CPU time of the training processes (all of a resumed run's);"
+              " other seconds: wall clock of the training process (fairseq's `wall`), with the runs trained"
               " side by side as recorded in the JSON.", ""]
     if experiment.notes:
         lines += [experiment.notes.strip(), ""]
-    header = ["row", "unique params (M)", "layer applications", "seeds", "train tok/s", "seconds to best",
-              "best valid loss"]
+    header = ["row", "unique params (M)", "layer applications", "seeds", "updates", "train CPU s", "train tok/s",
+              "seconds to best", "best valid loss"]
     for kind in kinds:
         for subset in ev.subsets:
             name = subsets.get(subset, subset)
@@ -188,6 +191,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
         cells = [f"{row['title']} (`{row['id']}`)",
                  _fmt(s.get("params"), 2, 1e6), row["applications"] or "–",
                  f"{len(row['seeds_done'])}/{len(row['seeds_planned'])}",
+                 _fmt(s.get("updates"), 0), _fmt(s.get("train_cpu_seconds"), 0),
                  _fmt(s.get("tokens_per_second"), 0), _fmt(s.get("seconds_to_best"), 0),
                  _fmt(s.get("best_valid_loss"), 3)]
         for kind in kinds:

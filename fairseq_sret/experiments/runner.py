@@ -13,6 +13,7 @@ ends: beam search on every subset with every checkpoint kind of the file (``best
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,29 @@ from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, Row, Run
 
 USER_DIR = Path(__file__).resolve().parents[1]
 _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def reap(process: subprocess.Popen, block: bool = False):
+    """``(returncode, cpu_seconds)`` of a child once it has ended, else ``(None, 0.0)``.
+
+    The CPU time (user + system) is the rise of this process's reaped-children usage across
+    the one call that reaps ``process``: exact while nothing else is reaped in between
+    (the runner reaps from one thread).
+    """
+    before = _children_cpu_seconds()
+    code = process.wait() if block else process.poll()
+    return code, (_children_cpu_seconds() - before) if code is not None else 0.0
+
+
+def add_cpu_seconds(record: dict, seconds: float) -> None:
+    """Add one training process's CPU time to the run's total (a resumed run has several)."""
+    record["train_cpu_seconds"] = round(record.get("train_cpu_seconds", 0.0) + seconds, 1)
+    record["train_processes"] = record.get("train_processes", 0) + 1
 
 
 def log(message: str) -> None:
@@ -317,8 +341,11 @@ def run_experiment(
         if deadline is not None and time.time() >= deadline:
             for run, paths, process, handle, _ in running:
                 process.terminate()
-                process.wait()
+                _, cpu_seconds = reap(process, block=True)
                 handle.close()
+                record = read_record(paths)
+                add_cpu_seconds(record, cpu_seconds)
+                write_record(paths, record)
                 stopped.append(run.name)
             stopped += [run.name for run in pending]
             log(f"time limit reached: {len(stopped)} runs not finished ({', '.join(stopped)});"
@@ -345,12 +372,14 @@ def run_experiment(
         still = []
         for item in running:
             run, paths, process, handle, started = item
-            if process.poll() is None:
+            returncode, cpu_seconds = reap(process)
+            if returncode is None:
                 still.append(item)
                 continue
             handle.close()
             text = paths.train_log.read_text(encoding="utf-8", errors="replace")
             record = read_record(paths)
+            add_cpu_seconds(record, cpu_seconds)
             if process.returncode != 0:
                 tail = "\n".join(text.splitlines()[-15:])
                 log(f"{run.name}: training FAILED (exit {process.returncode}); last lines of {paths.train_log}:\n{tail}")
