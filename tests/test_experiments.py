@@ -110,7 +110,7 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
         stats = row["stats"]
         assert stats["params"]["mean"] > 0 and stats["best_valid_loss"]["mean"] > 0
         for kind in ("best", "last2"):
-            for subset in ("test", "test1"):
+            for subset in ("valid", "test"):
                 assert 0 <= stats[f"bleu/{kind}/{subset}"]["mean"] <= 100
                 assert 0 <= stats[f"chrf/{kind}/{subset}"]["mean"] <= 100
                 assert stats[f"speed/{kind}/{subset}"]["mean"] > 0
@@ -122,6 +122,8 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     assert sret["stats"]["params"]["mean"] < transformer["stats"]["params"]["mean"]  # shared layers count once
     runs = {(r["row"], r["seed"]): r for r in data["runs"]}
     assert runs[("sret", 1)]["train"]["updates"] == 30 and runs[("sret", 1)]["jobs"] == 2
+    for record in runs.values():  # one training process each, its CPU time recorded
+        assert record["train_processes"] == 1 and record["train_cpu_seconds"] > 0
     table = (results / "toy.md").read_text()
     assert "| SReT 1x2 (`sret`) |" in table and "`sret`: `--arch sret_transformer_tiny --encoder-layers 1" in table
     assert "signature" in table and "nrefs:1" in table
@@ -196,3 +198,21 @@ def test_progress_counts_down_to_a_time_limit_that_comes_before_the_last_update(
     # 1 update/s and update 70 at 65 s of training: about update 605 at the 600 s limit
     assert "[quickstart] training stops at the time limit, 10 min: about 605 of 100000 updates at 1.00 s each" in lines
     assert "[quickstart] update 130, 21% of the 10 min limit, loss 5.0, 1.00 updates/s, ~8 min left" in lines
+
+
+def test_reaping_a_training_process_gives_its_own_cpu_time():
+    from fairseq_sret.experiments.runner import add_cpu_seconds, reap
+
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    busy = subprocess.Popen([sys.executable, "-c", burn])
+    code, busy_seconds = reap(busy, block=True)
+    assert reap(busy) == (0, 0.0)  # reaped already: counted once
+    code_idle, idle_seconds = reap(idle, block=True)
+    assert code == code_idle == 0
+    assert 0.4 <= busy_seconds < 2.0 and idle_seconds < 0.35  # the sleeping child is not charged the busy one's time
+    record = {}
+    add_cpu_seconds(record, busy_seconds)
+    add_cpu_seconds(record, idle_seconds)  # a resumed run: the processes add up
+    assert record["train_processes"] == 2
+    assert record["train_cpu_seconds"] == pytest.approx(busy_seconds + idle_seconds, abs=0.1)

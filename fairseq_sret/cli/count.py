@@ -90,7 +90,7 @@ def count_nmt_model(arch: str, vocab: int, share: str, **overrides):
     """(total parameters, parameters without embeddings, (encoder, decoder) layer applications)."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from ..models.toy import ToyTask, architecture_args
+    from ..tools.toy import ToyTask, architecture_args
 
     args = architecture_args(
         arch, share_all_embeddings=share == "all", share_decoder_input_output_embed=share in ("all", "decoder"),

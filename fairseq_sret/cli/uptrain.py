@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1, help="seed of the NLLs' other weights (default: 1)")
     args = p.parse_args(argv)
 
-    from ..models.uptrain import uptrain_checkpoint
+    from ..tools.uptrain import uptrain_checkpoint
     from ..nmt_checkpoints import load_checkpoint, save_checkpoint
 
     state = load_checkpoint(args.input)
