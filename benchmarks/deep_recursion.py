@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fairseq_sret.models import toy
+from fairseq_sret.tools import toy
 from fairseq_sret.toy_data import reversal_batch, reversal_pairs
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from fairseq_sret.core.attention import STATIC_KV
 pytest.importorskip("fairseq")
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
-import fairseq_sret.models.sret_transformer as sret_module  # noqa: E402
+import fairseq_sret.models.sret_transformer.layers as sret_module  # noqa: E402
 from nmt_helpers import SMALL, build  # noqa: E402
 
 

@@ -13,7 +13,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEn
 from fairseq.logging import metrics
 from fairseq_sret.core import DepthTerm, parse_mixed_depth
 from fairseq_sret.core.depth import check_mixed_depth
-from fairseq_sret.models.mixed_depth import MixedDepthLabelSmoothedCrossEntropy
+from fairseq_sret.criterions.mixed_depth import MixedDepthLabelSmoothedCrossEntropy
 from test_depth import nmt, sample_batch, tiny_sret
 
 

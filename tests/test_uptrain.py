@@ -23,8 +23,8 @@ import torch
 from cli_helpers import ENV, TRAIN, USER_DIR, preprocess, run, write_corpus
 from fairseq import options as fairseq_options
 from fairseq.models import ARCH_MODEL_REGISTRY
-from fairseq_sret.models.toy import architecture_args
-from fairseq_sret.models.uptrain import layer_groups, uptrain_checkpoint
+from fairseq_sret.tools.toy import architecture_args
+from fairseq_sret.tools.uptrain import layer_groups, uptrain_checkpoint
 from nmt_helpers import SMALL, build
 from test_nmt_model import sample_batch
 

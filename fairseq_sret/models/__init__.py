@@ -1,10 +1,15 @@
-"""fairseq adapters. Importing this package (``--user-dir fairseq_sret`` does) registers the
-SReT architectures and the mixed-depth criterion with fairseq and applies the fixes of
-:mod:`fairseq_sret.fairseq_patches`."""
+"""fairseq adapters: only what fairseq registers. ``--user-dir fairseq_sret`` imports every
+module of this folder (``fairseq.models.import_models``); importing it registers the SReT
+architectures and the mixed-depth criterion with fairseq and applies the fixes of
+:mod:`fairseq_sret.fairseq_patches`. Tools that build or convert models live in
+:mod:`fairseq_sret.tools`."""
 
 from ..fairseq_patches import apply_patches
 
 apply_patches()
 
 from . import sret_transformer  # noqa: E402,F401  (registers the model and its architectures)
-from . import mixed_depth  # noqa: E402,F401  (registers the mixed-depth criterion)
+
+# fairseq's --user-dir loader imports only the tasks/ and models/ folders of a plugin, so the
+# criteria register from here
+from .. import criterions  # noqa: E402,F401

@@ -10,7 +10,7 @@ import argparse
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-from . import sret_transformer  # noqa: F401  (registers the sret_transformer architectures)
+from ..models import sret_transformer  # noqa: F401  (registers the sret_transformer architectures)
 
 
 class ToyTask:

@@ -37,9 +37,9 @@ from torch import Tensor
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 
+from ..models.sret_transformer import SReTTransformerModel, check_sret_options
+from ..models.sret_transformer.hydra_config import _flag, _options
 from .convert import fairseq_transformer_to_sret
-from .hydra_config import _flag, _options
-from .sret_transformer import SReTTransformerModel, check_sret_options
 from .toy import ToyTask
 
 SIDES = ("encoder", "decoder")

@@ -1,0 +1,136 @@
+"""fairseq's layer interface over one recursive SReT block (:mod:`fairseq_sret.core`).
+
+Each fairseq "layer" here is one *unique* layer applied ``recursions`` times (weights
+shared), with a non-shared NLL after every application (paper Eq. 6), LRC on every residual
+(Eq. 7-8) and sliced group self-attention (Sec. 4). fairseq passes (T, B, C) tensors; the
+core modules take (B, T, C).
+"""
+
+from typing import Dict, List, Optional
+
+from fairseq.incremental_decoding_utils import with_incremental_state
+from torch import Tensor, nn
+
+from ...core import NonLinearProjection, Recursive, SReTBlock, reorder_cache
+from .config import check_checkpoint_recursions, recursion_schedule
+
+
+def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) -> Recursive:
+    schedule = recursion_schedule(args, side)
+    dim = getattr(args, f"{side}_embed_dim")
+    normalize_before = (not args.post_ln) and getattr(args, f"{side}_normalize_before")
+    block = SReTBlock(
+        embed_dim=dim,
+        num_heads=getattr(args, f"{side}_attention_heads"),
+        ffn_dim=getattr(args, f"{side}_ffn_embed_dim"),
+        schedule=schedule,
+        causal=causal,
+        cross_attention=cross_attention,
+        normalize_before=normalize_before,
+        lrc=not args.no_lrc,
+        dropout=args.dropout,
+        attention_dropout=args.attention_dropout,
+        activation_dropout=args.activation_dropout,
+        activation=args.activation_fn,
+    )
+    make_nll = None
+    if args.nll_ratio > 0:
+        def make_nll(_index):
+            return NonLinearProjection(
+                dim, args.nll_ratio, lrc=not args.no_lrc, activation=args.activation_fn,
+                dropout=args.dropout, activation_dropout=args.activation_dropout,
+            )
+    return Recursive(block, schedule, make_nll, checkpoint=args.checkpoint_recursions)
+
+
+class SReTEncoderLayer(nn.Module):
+    """One unique encoder layer applied ``recursions`` times; fairseq's layer interface."""
+
+    def __init__(self, args):
+        super().__init__()
+        self.recursive = build_recursive_block(args, "encoder", causal=False, cross_attention=False)
+
+    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attn_mask=None) -> Tensor:
+        """x: (T, B, C), encoder_padding_mask: (B, T) True at padding -> (T, B, C)"""
+        if attn_mask is not None:
+            raise NotImplementedError("sret_transformer encoder layers take no attn_mask")
+        # (B, T, C) made contiguous once (free from the second layer on, whose input is the
+        # transposed view of this output): a strided residual stream makes every LayerNorm
+        # copy its input, and its gradients trip AOTAutograd's view replay under torch.compile
+        x = x.transpose(0, 1).contiguous()
+        return self.recursive(x, key_padding_mask=encoder_padding_mask).transpose(0, 1)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        check_checkpoint_recursions(state_dict, name, self.recursive, "encoder")
+        return state_dict
+
+
+@with_incremental_state
+class SReTDecoderLayer(nn.Module):
+    """One unique decoder layer applied ``recursions`` times.
+
+    During incremental decoding every application keeps its own cache (keys/values of the
+    self-attention and the projected encoder output), stored under this module's
+    incremental-state key; ``reorder_incremental_state`` reorders all of them.
+    """
+
+    def __init__(self, args, no_encoder_attn: bool = False):
+        super().__init__()
+        self.recursive = build_recursive_block(
+            args, "decoder", causal=True, cross_attention=not no_encoder_attn
+        )
+
+    def _caches(self, incremental_state) -> Optional[List[dict]]:
+        if incremental_state is None:
+            return None
+        state = self.get_incremental_state(incremental_state, "recursions")
+        if state is None:
+            state = {"caches": [{} for _ in range(self.recursive.recursions)]}
+            self.set_incremental_state(incremental_state, "recursions", state)
+        return state["caches"]
+
+    def forward(
+        self,
+        x: Tensor,
+        encoder_out: Optional[Tensor] = None,
+        encoder_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        prev_self_attn_state=None,
+        prev_attn_state=None,
+        self_attn_mask: Optional[Tensor] = None,
+        self_attn_padding_mask: Optional[Tensor] = None,
+        need_attn: bool = False,
+        need_head_weights: bool = False,
+    ):
+        """x: (T, B, C); encoder_out: (S, B, C). Returns (x, None, None) like fairseq's layer.
+
+        Causality is built into the attention module, so ``self_attn_mask`` (fairseq's
+        future mask) only signals a full (non-incremental) causal forward.
+        """
+        if incremental_state is None and self_attn_mask is None:
+            raise NotImplementedError(
+                "sret_transformer decoder layers are always causal (full_context_alignment is not supported)"
+            )
+        if prev_self_attn_state is not None or prev_attn_state is not None:
+            raise NotImplementedError("prev_self_attn_state/prev_attn_state are not supported")
+        memory = None if encoder_out is None else encoder_out.transpose(0, 1)
+        out = self.recursive(
+            x.transpose(0, 1).contiguous(),  # see SReTEncoderLayer.forward
+            key_padding_mask=self_attn_padding_mask,
+            memory=memory,
+            memory_padding_mask=encoder_padding_mask,
+            caches=self._caches(incremental_state),
+        )
+        # Attention weights are not materialised (fused attention); alignment is unsupported.
+        return out.transpose(0, 1), None, None
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        state = self.get_incremental_state(incremental_state, "recursions")
+        if state is not None:
+            for cache in state["caches"]:
+                for attention_cache in cache.values():
+                    reorder_cache(attention_cache, new_order)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        check_checkpoint_recursions(state_dict, name, self.recursive, "decoder")
+        return state_dict
