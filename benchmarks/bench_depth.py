@@ -184,7 +184,7 @@ def smoke_setup(folder: Path) -> Tuple[Path, List[Path]]:
 # --------------------------------------------------------------------------- main
 def bench_checkpoint(checkpoint, args, device, clock) -> List[list]:
     full, task, _ = load(checkpoint, args.data, None, device)
-    trained = full.trained_recursions
+    trained = full.recursions
     if args.depth_list is None:
         depths = [(min(d, trained[0]), min(d, trained[1])) for d in range(1, max(trained) + 1)]
     else:

@@ -12,6 +12,9 @@ from fairseq_sret.core import (
     Recursive,
     SReTBlock,
     SlicedGroupAttention,
+    at_depth,
+    check_depth,
+    set_depth,
 )
 
 C = 16
@@ -122,16 +125,35 @@ def test_recursive_at_depth_equals_a_model_built_with_fewer_recursions():
     shallow.nlls[0].load_state_dict(deep.nlls[0].state_dict())
     x = torch.randn(2, 6, C)
     full = deep(x)
-    with deep.at_depth(1):
+    with at_depth(deep, 1):
         assert deep.depth == 1
         torch.testing.assert_close(deep(x), shallow(x), rtol=0, atol=0)
     assert deep.depth == 3
     torch.testing.assert_close(deep(x), full, rtol=0, atol=0)
-    deep.set_depth(2)
+    set_depth(deep, 2)
     expected = deep.nlls[1](block(deep.nlls[0](block(x, recursion=0)), recursion=1))
     torch.testing.assert_close(deep(x), expected, rtol=0, atol=0)
     with pytest.raises(ValueError, match="larger than"):
-        deep.set_depth(4)
+        set_depth(deep, 4)
+
+
+def test_one_depth_check_for_counts_depths_and_schedules():
+    assert check_depth(3) == 3 and check_depth(2, 3) == 2 and check_depth(3, 3) == 3
+    for bad in (0, -1, 1.0, True, "2", None):
+        with pytest.raises(ValueError, match=r"^layer depth must be an integer >= 1"):
+            check_depth(bad, 3, name="layer depth")
+    with pytest.raises(ValueError, match=r"^depth=4 is larger than the 3 recursions the layer was built"
+                                         r" \(and trained\) with; use a depth from 1 to 3$"):
+        check_depth(4, 3)
+    with pytest.raises(ValueError, match=r"^n=2 is larger than the 1 recursions it has; try 1$"):
+        check_depth(2, 1, name="n", built="it has", fix="try 1")
+    # the schedule, Recursive and the parser all go through it
+    with pytest.raises(ValueError, match=r"^depth=4 is larger than the 3 recursions"):
+        RecursionSchedule.parse(3).with_depth(4)
+    with pytest.raises(ValueError, match=r"^recursions must be an integer >= 1, got 0"):
+        Recursive(nn.Identity(), 0)
+    with pytest.raises(ValueError, match=r"^--recursions must be an integer >= 1, got 0"):
+        RecursionSchedule.parse(0, names={"recursions": "--recursions"})
 
 
 def test_standalone_attention_keeps_its_own_schedule():

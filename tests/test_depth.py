@@ -139,7 +139,7 @@ def test_override_builds_the_trained_count_and_runs_the_requested_depth():
     # what --model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}" does to the saved args
     overridden, _ = nmt((1, 1), encoder_trained_recursions=3, decoder_trained_recursions=2,
                         encoder_groups="2,1,1", decoder_groups="2,1")
-    assert overridden.trained_recursions == (3, 2) and overridden.depth == (1, 1)
+    assert overridden.recursions == (3, 2) and overridden.depth == (1, 1)
     overridden.load_state_dict(trained.state_dict())  # strict: every NLL is there
     src, lengths, prev, _ = sample_batch(task)
     with torch.no_grad(), trained.at_depth(1, 1):
@@ -155,6 +155,13 @@ def test_override_builds_the_trained_count_and_runs_the_requested_depth():
     with pytest.raises(ValueError, match="decoder depth=3 is larger than the 2 recursions"):
         trained.set_depth(1, 3)
     assert trained.depth == (3, 2)  # a failed set_depth changes nothing
+    with pytest.raises(ValueError, match="decoder depth=3 is larger than the 2 recursions"):
+        trained.at_depth(1, 3)
+    with trained.at_depth(decoder=1):
+        assert trained.depth == (3, 1)
+    with pytest.raises(TypeError, match="one depth per side"):
+        trained.set_depth(1, 1, 1)
+    assert trained.depth == (3, 2)
 
 
 def test_checkpoint_without_the_record_fails_with_the_fix():

@@ -11,8 +11,7 @@ import torch
 
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.logging import metrics
-from fairseq_sret.core import DepthTerm, parse_mixed_depth
-from fairseq_sret.core.depth import check_mixed_depth
+from fairseq_sret.core import DepthTerm, check_mixed_depth, mixed_depth_loss, parse_mixed_depth
 from fairseq_sret.criterions.mixed_depth import MixedDepthLabelSmoothedCrossEntropy
 from test_depth import nmt, sample_batch, tiny_sret
 
@@ -137,3 +136,22 @@ def test_vision_shallow_loss_reaches_the_shared_blocks_and_head():
         assert named[name].grad is not None and named[name].grad.abs().sum() > 0, name
     skipped = [n for n in named if ".nlls.1." in n]
     assert skipped and all(named[n].grad is None for n in skipped)
+
+
+def test_mixed_depth_loss_sums_the_weighted_depths_and_restores_the_depth():
+    torch.manual_seed(8)
+    model = tiny_sret(recursions=3).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        full = model(x).square().mean()
+        total, losses = mixed_depth_loss(model, parse_mixed_depth("1:0.5,2"), full, lambda: model(x).square().mean())
+        with model.at_depth(1):
+            depth1 = model(x).square().mean()
+        with model.at_depth(2):
+            depth2 = model(x).square().mean()
+    assert list(losses) == ["3", "1", "2"] and model.depth == 3
+    assert torch.equal(losses["1"], depth1) and torch.equal(losses["2"], depth2)
+    torch.testing.assert_close(total, full + 0.5 * depth1 + depth2)
+    nmt_model, _ = nmt((3, 2))
+    _, labels = mixed_depth_loss(nmt_model, parse_mixed_depth("1/2", sides=2), full, lambda: full)
+    assert list(labels) == ["3_2", "1_2"]

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from ..core.depth import check_mixed_depth, parse_mixed_depth
+from ..core.mixed_depth import check_mixed_depth, mixed_depth_loss, parse_mixed_depth
 from ..vision import create_model, load_checkpoint, soft_distillation_loss
 from ..vision.data import EvalTransform, ImageFolder, TrainTransform
 from ..vision.training import cosine_lr, param_groups, topk_correct
@@ -267,13 +267,13 @@ def run(argv=None) -> dict:
                     soft = teacher_logits[index].to(device)
             loss = objective(logits, target, soft)
             if depth_terms:  # mixed depth: the same weights and head, fewer applications
-                full = str(model.recursions)
-                depth_sums[full] = depth_sums.get(full, 0.0) + loss.item() * target.numel()
-                for term in depth_terms:
-                    with model.at_depth(term.depths[0]), torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                        term_loss = objective(net(images), target, soft)
-                    depth_sums[term.label] = depth_sums.get(term.label, 0.0) + term_loss.item() * target.numel()
-                    loss = loss + term.weight * term_loss
+                def shallow_loss():
+                    with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+                        return objective(net(images), target, soft)
+
+                loss, depth_losses = mixed_depth_loss(model, depth_terms, loss, shallow_loss)
+                for label, value in depth_losses.items():
+                    depth_sums[label] = depth_sums.get(label, 0.0) + value.item() * target.numel()
             if not math.isfinite(loss.item()):
                 raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch} step {step}")
             optimizer.zero_grad(set_to_none=True)

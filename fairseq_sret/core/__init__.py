@@ -7,8 +7,10 @@
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
 - :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
   it runs), parsed and validated from user values in one place.
-- :func:`set_depth` / :func:`at_depth`: run every recursive layer of a model at a chosen
-  depth; :func:`parse_mixed_depth`: the terms of mixed-depth training.
+- :func:`set_depth` / :func:`at_depth` / :class:`DepthControl` (:mod:`.depth`): run every
+  recursive layer of a model at a chosen depth; :func:`check_depth`: the one depth check.
+- :func:`parse_mixed_depth` / :func:`mixed_depth_loss` (:mod:`.mixed_depth`): mixed-depth
+  training.
 - :func:`fold_lrc`: an inference copy with the LRC coefficients folded into weights.
 - :func:`lrc_add` / :func:`lrc_add_norm` (:mod:`.fused`): residual + LRC (+ LayerNorm) as one
   operation, a Triton kernel on CUDA; :func:`fast_paths` switches the fast paths.
@@ -16,17 +18,19 @@
 
 from .attention import SlicedGroupAttention, reorder_cache
 from .block import SReTBlock
-from .depth import DepthTerm, at_depth, check_depth, check_mixed_depth, parse_mixed_depth, set_depth
+from .depth import DepthControl, at_depth, set_depth
 from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .fold import fold_lrc
 from .fused import fast_paths, lrc_add, lrc_add_norm
+from .mixed_depth import DepthTerm, check_mixed_depth, mixed_depth_loss, parse_mixed_depth
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive
 from .residual import FoldedResidual, LearnableResidual
-from .schedule import RecursionSchedule, RecursionStep
+from .schedule import RecursionSchedule, RecursionStep, check_depth
 
 __all__ = [
+    "DepthControl",
     "DepthTerm",
     "DropPath",
     "FeedForward",
@@ -48,6 +52,7 @@ __all__ = [
     "get_activation",
     "lrc_add",
     "lrc_add_norm",
+    "mixed_depth_loss",
     "parse_mixed_depth",
     "reorder_cache",
     "set_depth",

@@ -1,13 +1,12 @@
 """Recursive application of a shared layer with non-shared NLLs (paper Eq. 6)."""
 
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional, Union
+from typing import Any, Callable, List, Optional, Union
 
 import torch.utils.checkpoint
 from torch import Tensor, nn
 
 from .fused import fused_kernels_active
-from .schedule import RecursionSchedule, RecursionStep
+from .schedule import RecursionSchedule, RecursionStep, check_depth
 
 
 class Recursive(nn.Module):
@@ -22,9 +21,9 @@ class Recursive(nn.Module):
     where a step names it; pass None for no NLL (plain weight sharing). Parameters: those
     of ``layer`` once, plus one NLL per recursion.
 
-    Only the applications whose step ``runs`` are applied (:meth:`set_depth`,
-    :meth:`at_depth`): a layer built with N recursions can run its first d <= N
-    applications and their NLLs, the others are skipped.
+    Only the applications whose step ``runs`` are applied: a layer built with N recursions
+    can run its first d <= N applications and their NLLs, the others are skipped
+    (:func:`fairseq_sret.core.depth.set_depth` / :func:`~fairseq_sret.core.depth.at_depth`).
 
     With ``checkpoint=True`` each application is recomputed in the backward pass
     (activation checkpointing), so training memory grows with one application's
@@ -40,8 +39,7 @@ class Recursive(nn.Module):
     ):
         super().__init__()
         if not isinstance(schedule, RecursionSchedule):
-            if isinstance(schedule, bool) or not isinstance(schedule, int) or schedule < 1:
-                raise ValueError(f"recursions must be an integer >= 1, got {schedule!r}")
+            check_depth(schedule, name="recursions")
             own = getattr(layer, "schedule", None)
             schedule = own.expand(schedule) if isinstance(own, RecursionSchedule) else RecursionSchedule.parse(schedule)
         self.layer = layer
@@ -58,20 +56,6 @@ class Recursive(nn.Module):
     def depth(self) -> int:
         """Applications that run."""
         return self.schedule.depth
-
-    def set_depth(self, depth: Optional[int]) -> None:
-        """Run only the first ``depth`` applications (None: all of them)."""
-        self.schedule = self.schedule.with_depth(depth)
-
-    @contextmanager
-    def at_depth(self, depth: Optional[int]) -> Iterator["Recursive"]:
-        """Temporarily run only the first ``depth`` applications."""
-        saved = self.schedule
-        self.set_depth(depth)
-        try:
-            yield self
-        finally:
-            self.schedule = saved
 
     def _apply_once(self, x: Tensor, step: RecursionStep, cache, args, kwargs) -> Tensor:
         if cache is not None:

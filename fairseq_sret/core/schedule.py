@@ -20,6 +20,8 @@ here, not a new code path.
 User values (command-line strings such as ``"8,2"``, ints, tuples) go through one parser,
 :meth:`RecursionSchedule.parse`, with one validator and one error style: every error is a
 ``ValueError`` that names the option it is about (``--encoder-groups``, ``groups``, ...).
+Every count of applications (``recursions``, a depth, a mixed-depth term) is checked by
+:func:`check_depth`.
 """
 
 from dataclasses import dataclass, replace
@@ -68,6 +70,26 @@ class RecursionStep:
 
     def __hash__(self) -> int:
         return hash(self.index)
+
+
+def check_depth(
+    depth, recursions: Optional[int] = None, name: str = "depth",
+    built: str = "the layer was built (and trained) with", fix: Optional[str] = None,
+) -> int:
+    """The one check of a count of applications: an integer >= 1 and, given ``recursions``
+    (the applications a layer was built with), at most that many.
+
+    Errors name the value as ``name``; ``built`` says who was built with ``recursions`` and
+    ``fix`` replaces the default advice (``use a depth from 1 to N``). Returns ``depth``.
+    """
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {depth!r}")
+    if recursions is not None and depth > recursions:
+        raise ValueError(
+            f"{name}={depth} is larger than the {recursions} recursions {built}; "
+            + (fix or f"use a depth from 1 to {recursions}")
+        )
+    return depth
 
 
 def _split(value: Values, option: str, cast) -> Tuple:
@@ -170,8 +192,7 @@ class RecursionSchedule:
         mode_values = None if auto else _split(partition, names["partition"], str)
         if recursions is None:
             recursions = max(len(group_values), 1 if mode_values is None else len(mode_values))
-        if isinstance(recursions, bool) or not isinstance(recursions, int) or recursions < 1:
-            raise ValueError(f"{names['recursions']} must be an integer >= 1, got {recursions!r}")
+        check_depth(recursions, name=names["recursions"])
         group_values = _per_recursion(group_values, recursions, names["groups"], repeat_last)
         if any(g < 1 for g in group_values):
             raise ValueError(f"{names['groups']} values must be >= 1, got {list(group_values)}")
@@ -198,20 +219,15 @@ class RecursionSchedule:
         schedule = cls(steps, causal=bool(causal))
         return schedule if depth is None else schedule.with_depth(depth, name=names["depth"])
 
-    def with_depth(self, depth: Optional[int], name: str = "depth") -> "RecursionSchedule":
+    def with_depth(self, depth: Optional[int], name: str = "depth", **message) -> "RecursionSchedule":
         """The same schedule running only its first ``depth`` applications (None: all).
 
-        Raises ValueError when ``depth`` exceeds the applications the layer was built with.
+        Raises ValueError (:func:`check_depth`, which ``message`` words) when ``depth`` is not
+        an integer from 1 to the applications the layer was built with.
         """
         if depth is None:
             depth = len(self.steps)
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {depth!r}")
-        if depth > len(self.steps):
-            raise ValueError(
-                f"{name}={depth} is larger than the {len(self.steps)} recursions the layer was built"
-                f" (and trained) with; use a depth from 1 to {len(self.steps)}"
-            )
+        check_depth(depth, len(self.steps), name, **message)
         return replace(self, steps=tuple(replace(s, runs=s.index < depth) for s in self.steps))
 
     # ------------------------------------------------------------------ reading

@@ -8,7 +8,7 @@ are trained together, an explicit deep supervision. In one forward/backward the 
     L = LS-CE(full depth) + sum_k w_k LS-CE(depth d_k)
 
 where a depth ``d`` runs the first ``d`` applications of every shared layer (and their
-NLLs; the later NLLs are skipped, see :mod:`fairseq_sret.core.depth`). Every depth's
+NLLs; the later NLLs are skipped, see :mod:`fairseq_sret.core.mixed_depth`). Every depth's
 label-smoothed loss is logged as ``loss_depth<d>`` (``loss_depth<e>_<d>`` for an
 encoder/decoder pair), the full depth's included; ``loss`` is the sum that is optimised
 and ``nll_loss``/``ppl`` are the full depth's. Without ``--mixed-depth`` the criterion is
@@ -27,14 +27,15 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.logging import metrics
 from torch import nn
 
-from ..core.depth import DepthTerm, check_mixed_depth, parse_mixed_depth
+from ..core.depth import DepthControl
+from ..core.mixed_depth import DepthTerm, check_mixed_depth, mixed_depth_loss, parse_mixed_depth
 
 PREFIX = "loss_depth"
 
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The model inside fairseq's data-parallel wrappers (``.module`` chains)."""
-    while not hasattr(type(model), "at_depth") and isinstance(getattr(model, "module", None), nn.Module):
+    while not isinstance(model, DepthControl) and isinstance(getattr(model, "module", None), nn.Module):
         model = model.module
     return model
 
@@ -65,9 +66,9 @@ class MixedDepthLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
 
     def check_model(self, model) -> Tuple[int, int]:
         """The model's (encoder, decoder) recursions, after checking every term fits them."""
-        if not hasattr(model, "at_depth") or not hasattr(model, "trained_recursions"):
+        if not isinstance(model, DepthControl) or len(model.depth_sides) != 2:
             raise ValueError(f"--mixed-depth needs an sret_transformer model, got {type(model).__name__}")
-        full = model.trained_recursions
+        full = model.recursions
         if self._checked != full:
             check_mixed_depth(self.terms, full, sides=("the encoder", "the decoder"))
             self._checked = full
@@ -77,20 +78,18 @@ class MixedDepthLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
         if not self.terms:
             return super().forward(model, sample, reduce=reduce)
         inner = unwrap(model)
-        full = self.check_model(inner)
-        with inner.at_depth(None, None):  # the full depth, through the (data-parallel) wrapper
+        self.check_model(inner)
+        with inner.at_depth():  # the full depth, through the (data-parallel) wrapper
             loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
-        logging_output[f"{PREFIX}{DepthTerm(full).label}"] = loss.data
-        total = loss
-        for term in self.terms:
+
+        def shallow_loss():
             # The shallower passes call the unwrapped model: a data-parallel wrapper takes
             # one forward per backward, and the full-depth pass already used every
             # parameter, so the summed gradients are reduced once, as usual.
-            with inner.at_depth(*term.depths):
-                net_output = inner(**sample["net_input"])
-            term_loss, _ = self.compute_loss(inner, net_output, sample, reduce=reduce)
-            logging_output[f"{PREFIX}{term.label}"] = term_loss.data
-            total = total + term.weight * term_loss
+            return self.compute_loss(inner, inner(**sample["net_input"]), sample, reduce=reduce)[0]
+
+        total, losses = mixed_depth_loss(inner, self.terms, loss, shallow_loss)
+        logging_output.update({f"{PREFIX}{label}": value.data for label, value in losses.items()})
         logging_output["loss"] = total.data
         return total, sample_size, logging_output
 
