@@ -5,8 +5,7 @@ are fairseq's own (we subclass its transformer); only the layers differ
 (:mod:`.layers`).
 """
 
-from contextlib import contextmanager
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
@@ -20,7 +19,7 @@ from fairseq.models.transformer import (
 )
 from omegaconf import OmegaConf
 
-from ...core import depth as recursion_depth
+from ...core.depth import DepthControl
 from .config import SReTOptions, check_sret_options, record_trained_recursions, sret_base_architecture
 from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
@@ -48,7 +47,7 @@ class SReTTransformerDecoder(TransformerDecoderBase):
 
 
 @register_model("sret_transformer")
-class SReTTransformerModel(TransformerModel):
+class SReTTransformerModel(DepthControl, TransformerModel):
     """Sliced Recursive Transformer for sequence-to-sequence tasks.
 
     ``--encoder-layers``/``--decoder-layers`` count *unique* layers; the number of layer
@@ -106,31 +105,9 @@ class SReTTransformerModel(TransformerModel):
         )
 
     # ------------------------------------------------------------ depth on demand
-    @property
-    def trained_recursions(self) -> Tuple[int, int]:
-        """(encoder, decoder): the recursions the layers were built (and trained) with."""
-        return recursion_depth.built_recursions(self.encoder), recursion_depth.built_recursions(self.decoder)
-
-    @property
-    def depth(self) -> Tuple[int, int]:
-        """(encoder, decoder): the applications of each layer that run."""
-        return recursion_depth.current_depth(self.encoder), recursion_depth.current_depth(self.decoder)
-
-    def set_depth(self, encoder: Optional[int] = None, decoder: Optional[int] = None) -> None:
-        """Run the first ``encoder`` / ``decoder`` applications of every layer (None: all
-        the trained ones); the others and their NLLs are skipped. Both are checked first."""
-        recursion_depth.check_depth(self.encoder, encoder, name="encoder depth")
-        recursion_depth.check_depth(self.decoder, decoder, name="decoder depth")
-        recursion_depth.set_depth(self.encoder, encoder, name="encoder depth")
-        recursion_depth.set_depth(self.decoder, decoder, name="decoder depth")
-
-    @contextmanager
-    def at_depth(self, encoder: Optional[int] = None, decoder: Optional[int] = None) -> Iterator["SReTTransformerModel"]:
-        """Temporarily run at ``encoder`` / ``decoder`` depth (None: all the trained
-        applications); the previous depths come back on exit."""
-        with recursion_depth.at_depth(self.encoder, encoder, name="encoder depth"), \
-                recursion_depth.at_depth(self.decoder, decoder, name="decoder depth"):
-            yield self
+    # model.recursions and model.depth are (encoder, decoder); model.set_depth(1, 2) and
+    # ``with model.at_depth(1, 2):`` choose both (None: every trained application)
+    depth_sides = ("encoder", "decoder")
 
     def lrc_coefficients(self) -> Dict[str, float]:
         """Every LRC coefficient by parameter name (for plots and logs)."""
