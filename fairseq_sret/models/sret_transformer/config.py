@@ -105,13 +105,11 @@ def recursion_schedule(args, side: str) -> RecursionSchedule:
                 f" {recursions}, '{side}_trained_recursions': {listed}}}\")"
             ) from None
         raise
-    if isinstance(recursions, int) and not isinstance(recursions, bool) and recursions > built:
-        raise ValueError(
-            f"--{side}-recursions={recursions} is larger than the {built} recursions this model was"
-            f" trained with ({side}_trained_recursions={built}); a trained model runs at depth 1 to"
-            f" {built}, e.g. --model-overrides \"{{'{side}_recursions': {built}}}\""
-        )
-    return schedule.with_depth(recursions, name=f"--{side}-recursions")
+    return schedule.with_depth(
+        recursions, name=f"--{side}-recursions",
+        built=f"this model was trained with ({side}_trained_recursions={built})",
+        fix=f"a trained model runs at depth 1 to {built}, e.g. --model-overrides \"{{'{side}_recursions': {built}}}\"",
+    )
 
 
 def _listed(value) -> int:
