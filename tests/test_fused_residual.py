@@ -13,8 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from fairseq_sret.core import FoldedResidual, LearnableResidual, NonLinearProjection, Recursive, SReTBlock, fused
-from fairseq_sret.core.fused import fast_paths, lrc_add, lrc_add_norm, lrc_add_norm_ref, lrc_add_ref
+from fairseq_sret.core import FoldedResidual, LearnableResidual, NonLinearProjection, Recursive, SReTBlock, config, fused
+from fairseq_sret.core.config import fast_paths
+from fairseq_sret.core.fused import lrc_add, lrc_add_norm, lrc_add_norm_ref, lrc_add_ref
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 CUDA = torch.cuda.is_available()
@@ -54,9 +55,9 @@ def test_lrc_one_op_switch_restores_the_three_kernel_expression():
     x, y = torch.randn(3, 5, 16), torch.randn(3, 5, 16)
     with fast_paths(lrc_one_op=False):
         assert torch.equal(lrc(x, y), lrc.skip_scale * x + lrc.branch_scale * y)
-    assert fused.get_fast_paths().lrc_one_op
+    assert config.get_fast_paths().lrc_one_op
     with pytest.raises(ValueError, match="fused"):
-        fused.set_fast_paths(fused="sometimes")
+        config.set_fast_paths(fused="sometimes")
 
 
 def test_lrc_one_op_counts_two_kernels_not_three():

@@ -13,16 +13,18 @@
   training.
 - :func:`fold_lrc`: an inference copy with the LRC coefficients folded into weights.
 - :func:`lrc_add` / :func:`lrc_add_norm` (:mod:`.fused`): residual + LRC (+ LayerNorm) as one
-  operation, a Triton kernel on CUDA; :func:`fast_paths` switches the fast paths.
+  operation, a Triton kernel on CUDA.
+- :func:`fast_paths` (:mod:`.config`): the run-time switches of the fast paths.
 """
 
 from .attention import SlicedGroupAttention, reorder_cache
 from .block import SReTBlock
+from .config import fast_paths
 from .depth import DepthControl, at_depth, set_depth
 from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .fold import fold_lrc
-from .fused import fast_paths, lrc_add, lrc_add_norm
+from .fused import lrc_add, lrc_add_norm
 from .mixed_depth import DepthTerm, check_mixed_depth, mixed_depth_loss, parse_mixed_depth
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive

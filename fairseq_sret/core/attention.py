@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .fused import get_fast_paths
+from .config import get_fast_paths, is_compiling
 from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
 
@@ -27,11 +27,6 @@ STATIC_KV = "static_kv"
 # the H100 attention table (G=8: L=128 packed 0.42x of G=1, L=512 1.21x), to be confirmed
 # by benchmarks/gpu_bench.sh. ``fast_paths(grouped_one_kernel=N)`` sets both (0 = never).
 ONE_KERNEL_MAX_LENGTH = {"cpu": (32, 128), "cuda": (256, 256)}
-
-
-def _tracing() -> bool:
-    """Inside torch.compile or torch.export (the ONNX exporter): tensor values are unknown."""
-    return bool(getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)())
 
 
 class SlicedGroupAttention(nn.Module):
@@ -172,7 +167,7 @@ class SlicedGroupAttention(nn.Module):
         # Zero the rows without keys. On accelerators multiply unconditionally (exact: x * 1
         # is x) rather than read ``row_has_key.all()``, a device-to-host sync; so too while
         # torch.compile / torch.export (ONNX) trace, where the value is not known.
-        if out.device.type != "cpu" or _tracing() or not bool(row_has_key.all()):
+        if out.device.type != "cpu" or is_compiling() or not bool(row_has_key.all()):
             out = out * row_has_key.to(out.dtype)
         return out
 
@@ -272,7 +267,7 @@ class SlicedGroupAttention(nn.Module):
         # Unpadded: every slot holds a token exactly when G divides L (groups of ceil(L/G)
         # or one fewer), known without reading slot_valid (no device-to-host sync).
         some_empty = (length % groups != 0) if valid is None else (
-            slot_valid is not None and (torch.compiler.is_compiling() or not bool(slot_valid.all()))
+            slot_valid is not None and (is_compiling() or not bool(slot_valid.all()))
         )
         if some_empty:
             key_ok = slot_valid.view(-1, groups, width).expand(batch, -1, -1).reshape(batch * groups, 1, 1, width)

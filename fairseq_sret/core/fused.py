@@ -19,66 +19,25 @@ both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=T
 Scales are a one-element tensor (a learnable LRC coefficient, gradients flow to it), a
 Python float (a constant, e.g. after :func:`fairseq_sret.core.fold_lrc`) or None (1).
 
-:func:`fast_paths` switches the choices (benchmarks measure before/after in one process):
-``lrc_one_op=False`` restores the three-kernel ``skip_scale * x + branch_scale * y``;
-``fused="off"`` never uses Triton, ``"force"`` uses it for CPU tensors too (tests, under
-``TRITON_INTERPRET=1``); ``grouped_one_kernel`` sets when sliced attention runs as one
-masked kernel (see :class:`fairseq_sret.core.SlicedGroupAttention`). Triton stays
-optional (``pip install fairseq-sret[kernels]``).
+:func:`fairseq_sret.core.config.fast_paths` switches the choices (benchmarks measure
+before/after in one process): ``lrc_one_op=False`` restores the three-kernel
+``skip_scale * x + branch_scale * y``; ``fused="off"`` never uses Triton, ``"force"`` uses it
+for CPU tensors too (tests, under ``TRITON_INTERPRET=1``). Triton stays optional
+(``pip install fairseq-sret[kernels]``).
 """
 
 import functools
 import os
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import Iterator, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import FUSED_FORCE, FUSED_OFF, get_fast_paths, is_compiling
+
 Scale = Union[None, float, Tensor]
-
-
-@dataclass(frozen=True)
-class FastPaths:
-    """Run-time choices of the residual fast paths (see the module docstring)."""
-
-    lrc_one_op: bool = True
-    fused: str = "auto"  # "auto" | "off" | "force"
-    # sliced attention: the longest sequence computed as one masked attention kernel over
-    # the whole sequence instead of packed groups; None = the device's default
-    # (core.attention.ONE_KERNEL_MAX_LENGTH), 0 = never
-    grouped_one_kernel: Optional[int] = None
-
-
-_FAST = FastPaths()
-_FUSED_MODES = ("auto", "off", "force")
-
-
-def get_fast_paths() -> FastPaths:
-    return _FAST
-
-
-def set_fast_paths(**changes) -> FastPaths:
-    """Change the fast-path choices process-wide; returns the previous ones."""
-    global _FAST
-    if "fused" in changes and changes["fused"] not in _FUSED_MODES:
-        raise ValueError(f"fused must be one of {_FUSED_MODES}, got {changes['fused']!r}")
-    previous = _FAST
-    _FAST = replace(_FAST, **changes)
-    return previous
-
-
-@contextmanager
-def fast_paths(**changes) -> Iterator[FastPaths]:
-    """``with fast_paths(fused="off"): ...``: the choices for the duration of the block."""
-    previous = set_fast_paths(**changes)
-    try:
-        yield _FAST
-    finally:
-        set_fast_paths(**vars(previous))
 
 
 # ----------------------------------------------------------------------------- definition
@@ -129,11 +88,11 @@ class _LRCAdd(torch.autograd.Function):
 def _lrc_add_torch(x: Tensor, y: Tensor, skip_scale: Scale, branch_scale: Scale) -> Tensor:
     if skip_scale is None and branch_scale is None:
         return x + y
-    if not _FAST.lrc_one_op:
+    if not get_fast_paths().lrc_one_op:
         return lrc_add_ref(x, y, skip_scale, branch_scale)
     if (
         isinstance(skip_scale, Tensor) and isinstance(branch_scale, Tensor) and torch.is_grad_enabled()
-        and not torch.compiler.is_compiling() and x.shape == y.shape and skip_scale.numel() == branch_scale.numel() == 1
+        and not is_compiling() and x.shape == y.shape and skip_scale.numel() == branch_scale.numel() == 1
         and (x.requires_grad or y.requires_grad or skip_scale.requires_grad or branch_scale.requires_grad)
     ):
         return _LRCAdd.apply(x, y, skip_scale, branch_scale)
@@ -219,10 +178,10 @@ def _no_hooks(module: Optional[nn.Module]) -> bool:
 
 
 def _use_triton(x: Tensor, y: Tensor, norm: Optional[nn.LayerNorm] = None) -> bool:
-    mode = _FAST.fused
-    if mode == "off" or torch.compiler.is_compiling():
+    mode = get_fast_paths().fused
+    if mode == FUSED_OFF or is_compiling():
         return False
-    if x.device.type != "cuda" and mode != "force":
+    if x.device.type != "cuda" and mode != FUSED_FORCE:
         return False
     if x.shape != y.shape or x.device != y.device or not (x.is_floating_point() and y.is_floating_point()):
         return False

@@ -22,6 +22,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .config import is_compiling
+
 PARTITION_MODES = ("contiguous", "strided", "random")
 
 
@@ -73,7 +75,7 @@ def compute_partition(
     # Under torch.compile the data-dependent width would break the graph: use the bound
     # ceil(L/G) there (more empty slots, flagged invalid, same result).
     known_width = None if valid is not None else max(-(-length // groups), 1)
-    if known_width is None and torch.compiler.is_compiling():
+    if known_width is None and is_compiling():
         known_width = max(-(-length // groups), 1)
     if valid is None:
         valid = torch.ones(batch, length, dtype=torch.bool, device=device)
@@ -182,7 +184,7 @@ def _cached(key: tuple, device, make):
     one first made during capture would live in the graph's private memory pool). The
     tensors are then made in place, as part of the compiled or captured code.
     """
-    if torch.compiler.is_compiling() or _capturing(device):
+    if is_compiling() or _capturing(device):
         return make()
     key = key + (torch.device(device),)
     hit = _CACHE.get(key)

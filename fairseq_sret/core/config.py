@@ -1,0 +1,74 @@
+"""Run-time switches of :mod:`fairseq_sret.core`, all in one place (after timm's
+``timm/layers/config.py``): getters and setters, one context manager, one
+:func:`is_compiling`.
+
+The switches (:class:`FastPaths`):
+
+- ``lrc_one_op``: an LRC residual ``s * x + b * y`` as one ``addcmul`` with a lean backward
+  (True) or as the three-kernel expression (:mod:`.fused`);
+- ``fused``: the Triton residual + LRC + LayerNorm kernel: :data:`FUSED_AUTO` (CUDA tensors
+  when Triton runs), :data:`FUSED_OFF` (never) or :data:`FUSED_FORCE` (CPU tensors too: tests
+  under ``TRITON_INTERPRET=1``) (:mod:`.fused`);
+- ``grouped_one_kernel``: the longest sequence whose sliced attention runs as one masked
+  kernel over the whole sequence instead of packed groups; None: the device's default
+  (:data:`fairseq_sret.core.attention.ONE_KERNEL_MAX_LENGTH`), 0: never.
+
+Unlike timm's, the switches are read when a layer runs, not when it is built: they pick
+between equal computations (no parameters or buffers depend on them), and benchmarks and
+tests compare the paths on one model in one process (``with fast_paths(fused="off"): ...``).
+Reading one module-level value costs nothing next to a kernel launch, and ``torch.compile``
+guards on it like on any global.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
+
+import torch
+
+FUSED_AUTO, FUSED_OFF, FUSED_FORCE = "auto", "off", "force"
+FUSED_MODES = (FUSED_AUTO, FUSED_OFF, FUSED_FORCE)
+
+
+@dataclass(frozen=True)
+class FastPaths:
+    """The run-time choices of the fast paths (see the module docstring)."""
+
+    lrc_one_op: bool = True
+    fused: str = FUSED_AUTO
+    grouped_one_kernel: Optional[int] = None
+
+
+_FAST = FastPaths()
+
+
+def get_fast_paths() -> FastPaths:
+    """The current choices."""
+    return _FAST
+
+
+def set_fast_paths(**changes) -> FastPaths:
+    """Change the choices process-wide (``set_fast_paths(fused="off")``); returns the previous ones."""
+    global _FAST
+    if "fused" in changes and changes["fused"] not in FUSED_MODES:
+        raise ValueError(f"fused must be one of {FUSED_MODES}, got {changes['fused']!r}")
+    previous = _FAST
+    _FAST = replace(_FAST, **changes)
+    return previous
+
+
+@contextmanager
+def fast_paths(**changes) -> Iterator[FastPaths]:
+    """``with fast_paths(fused="off"): ...``: the choices for the duration of the block."""
+    previous = set_fast_paths(**changes)
+    try:
+        yield _FAST
+    finally:
+        set_fast_paths(**vars(previous))
+
+
+def is_compiling() -> bool:
+    """True while ``torch.compile`` or ``torch.export`` (the ONNX exporter) traces: tensor
+    values are unknown, so nothing may be read from a tensor, and paths that pay off only
+    in eager mode give way to what the compiler fuses itself."""
+    return torch.compiler.is_compiling()
