@@ -178,8 +178,8 @@ def check_sret_options(args) -> None:
             f" ({args.decoder_embed_dim}): sret_transformer's cross-attention reads the encoder"
             " output at the decoder width"
         )
-    for name in ("dropout", "attention_dropout", "activation_dropout"):
-        value = getattr(args, name, 0.0)
+    for name in ("dropout", "attention_dropout", "activation_dropout", "relu_dropout"):
+        value = getattr(args, name, None) or 0.0
         if not 0.0 <= value < 1.0:
             raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
     try:
@@ -196,6 +196,14 @@ def check_sret_options(args) -> None:
         raise ValueError("--encoder-layerdrop/--decoder-layerdrop are not supported by sret_transformer")
     if getattr(args, "cross_self_attention", False):
         raise ValueError("--cross-self-attention is not supported by sret_transformer")
+    for side in ("encoder", "decoder"):
+        if getattr(args, f"{side}_xformers_att_config", None):
+            raise ValueError(
+                f"--{side}-xformers-att-config is not supported by sret_transformer (its attention is"
+                " its own: sliced group attention through scaled_dot_product_attention)"
+            )
+    if getattr(args, "base_layers", 0):
+        raise ValueError("--base-layers (BASE mixture-of-experts layers) is not supported by sret_transformer")
     if getattr(args, "checkpoint_activations", False) or getattr(args, "offload_activations", False):
         raise ValueError(
             "--checkpoint-activations/--offload-activations wrap fairseq's own layers; use"

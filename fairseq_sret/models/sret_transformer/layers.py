@@ -19,6 +19,8 @@ def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) 
     schedule = recursion_schedule(args, side)
     dim = getattr(args, f"{side}_embed_dim")
     normalize_before = (not args.post_ln) and getattr(args, f"{side}_normalize_before")
+    # fairseq's older name of the activation dropout counts when --activation-dropout is 0
+    activation_dropout = args.activation_dropout or getattr(args, "relu_dropout", None) or 0.0
     block = SReTBlock(
         embed_dim=dim,
         num_heads=getattr(args, f"{side}_attention_heads"),
@@ -30,7 +32,7 @@ def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) 
         lrc=not args.no_lrc,
         dropout=args.dropout,
         attention_dropout=args.attention_dropout,
-        activation_dropout=args.activation_dropout,
+        activation_dropout=activation_dropout,
         activation=args.activation_fn,
     )
     make_nll = None
@@ -38,7 +40,7 @@ def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) 
         def make_nll(_index):
             return NonLinearProjection(
                 dim, args.nll_ratio, lrc=not args.no_lrc, activation=args.activation_fn,
-                dropout=args.dropout, activation_dropout=args.activation_dropout,
+                dropout=args.dropout, activation_dropout=activation_dropout,
             )
     return Recursive(block, schedule, make_nll, checkpoint=args.checkpoint_recursions)
 

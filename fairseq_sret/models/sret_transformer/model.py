@@ -10,8 +10,6 @@ from typing import Dict
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
 from fairseq.models.transformer import (
-    DEFAULT_MAX_SOURCE_POSITIONS,
-    DEFAULT_MAX_TARGET_POSITIONS,
     TransformerConfig,
     TransformerDecoderBase,
     TransformerEncoderBase,
@@ -26,24 +24,18 @@ from .layers import SReTDecoderLayer, SReTEncoderLayer
 
 
 class SReTTransformerEncoder(TransformerEncoderBase):
-    def __init__(self, args, dictionary, embed_tokens):
-        self.args = args
-        super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens)
+    """fairseq's encoder with SReT layers. ``cfg``: fairseq's ``TransformerConfig`` of the
+    options, which also carries the SReT options (``cfg.encoder_recursions``, ...)."""
 
     def build_encoder_layer(self, cfg):
-        return SReTEncoderLayer(self.args)
+        return SReTEncoderLayer(cfg)
 
 
 class SReTTransformerDecoder(TransformerDecoderBase):
-    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
-        self.args = args
-        super().__init__(
-            TransformerConfig.from_namespace(args), dictionary, embed_tokens,
-            no_encoder_attn=no_encoder_attn,
-        )
+    """fairseq's decoder with SReT layers; ``cfg`` as for :class:`SReTTransformerEncoder`."""
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return SReTDecoderLayer(self.args, no_encoder_attn)
+        return SReTDecoderLayer(cfg, no_encoder_attn)
 
 
 @register_model("sret_transformer")
@@ -65,44 +57,24 @@ class SReTTransformerModel(DepthControl, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        """Like fairseq's TransformerModel.build_model, keeping the argparse namespace
-        (which carries the SReT options) for the encoder and decoder."""
+        """fairseq's ``TransformerModel.build_model`` (embeddings, their sharing or merging,
+        positions, every inherited option) after the SReT defaults and checks; fairseq's
+        ``TransformerConfig`` of ``args`` carries the SReT options to the layers."""
         if OmegaConf.is_config(args):  # fairseq-hydra-train's `model:` section, or its checkpoint
             args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
         record_trained_recursions(args)
         check_sret_options(args)
-        if getattr(args, "max_source_positions", None) is None:
-            args.max_source_positions = DEFAULT_MAX_SOURCE_POSITIONS
-        if getattr(args, "max_target_positions", None) is None:
-            args.max_target_positions = DEFAULT_MAX_TARGET_POSITIONS
-        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-        if args.share_all_embeddings:
-            if src_dict != tgt_dict:
-                raise ValueError("--share-all-embeddings requires a joined dictionary")
-            if args.encoder_embed_dim != args.decoder_embed_dim:
-                raise ValueError(
-                    "--share-all-embeddings requires --encoder-embed-dim to match --decoder-embed-dim"
-                )
-            encoder_embed = cls.build_embedding(args, src_dict, args.encoder_embed_dim, args.encoder_embed_path)
-            decoder_embed = encoder_embed
-            args.share_decoder_input_output_embed = True
-        else:
-            encoder_embed = cls.build_embedding(args, src_dict, args.encoder_embed_dim, args.encoder_embed_path)
-            decoder_embed = cls.build_embedding(args, tgt_dict, args.decoder_embed_dim, args.decoder_embed_path)
-        encoder = cls.build_encoder(args, src_dict, encoder_embed)
-        decoder = cls.build_decoder(args, tgt_dict, decoder_embed)
-        return cls(args, encoder, decoder)
+        return super().build_model(args, task)
 
     @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return SReTTransformerEncoder(args, src_dict, embed_tokens)
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return SReTTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
 
     @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return SReTTransformerDecoder(
-            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
-        )
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(cfg)
+        return SReTTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     # ------------------------------------------------------------ depth on demand
     # model.recursions and model.depth are (encoder, decoder); model.set_depth(1, 2) and
