@@ -38,6 +38,11 @@ setup(
         "vision": ["pillow"],
         # fairseq_sret.vision.export_onnx (torch's dynamo exporter) and its check with ONNX Runtime
         "onnx": ["onnx", "onnxscript", "onnxruntime"],
+        # timm's DeiT and PiT for benchmarks.bench_vision. timm imports torchvision, and the
+        # package index's torchvision wheels are CUDA builds that fail to import beside a
+        # CPU-only torch (torch 2.13.0+cpu here): on such a machine the comparison needs a
+        # torch and torchvision of one build (a CUDA build of torch also runs on the CPU)
+        "bench": ["timm"],
     },
     entry_points={
         "console_scripts": [

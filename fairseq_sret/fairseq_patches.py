@@ -36,12 +36,30 @@ The patches:
   changed its model: 800 -> 801 updates, 0.4 BLEU). Patched: an epoch that would start
   at or past either limit does not start.
 
+- ``cpu_bf16_inference``: ``fairseq-generate``, ``fairseq-interactive`` and the hub
+  interface accept ``--bf16`` and ignore it (they honour only ``--fp16``: the output is
+  bit-identical to fp32 and as slow). Patched: with ``--bf16`` on the CPU, generation runs
+  under ``torch.autocast("cpu", torch.bfloat16)`` with fp32 weights (the standard PyTorch
+  CPU recipe).
+- ``cpu_bf16_training``: fairseq's parser takes ``--bf16`` to mean a TPU, so
+  ``fairseq-train --cpu --bf16`` fails before its first update (``xla_device`` of a missing
+  ``torch_xla``); without that it would cast the whole model to bf16. Patched: on the CPU the
+  model and the optimizer stay fp32 (fp32 master weights) and every training and
+  validation step runs under CPU autocast.
+
+``--bf16`` on the CPU needs a processor with native bf16 (AMX or AVX512-BF16, see
+:func:`cpu_has_native_bf16`); elsewhere autocast would emulate bf16, slower than fp32,
+so both patches stop with :class:`CPUBF16Unsupported` (drop ``--bf16``)
+instead of quietly running something other than what was asked.
+
 Weight sharing itself needs no patch under data parallelism: a layer applied N times is
 one set of parameters whose gradient autograd sums before DDP's hook sees it.
 """
 
 import argparse
+import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import sys
@@ -52,8 +70,16 @@ from typing import Callable, Dict
 import numpy as np
 import torch
 from fairseq import checkpoint_utils
+from fairseq import trainer as trainer_module
 from fairseq.data import data_utils
+from fairseq.dataclass.configs import FairseqConfig
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.distributed import utils as distributed_utils
+from fairseq.logging import metrics
 from fairseq.models import distributed_fairseq_model
+from fairseq.models.fairseq_model import BaseFairseqModel
+from fairseq.tasks.fairseq_task import FairseqTask
+from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
 from .nmt_checkpoints import allowed_checkpoint_globals, check_checkpoint_file, clear_load_error
@@ -277,6 +303,207 @@ def _install_finished_run() -> None:
         module.train = _stop_before_the_epoch(module.train)
 
 
+# ---------------------------------------------------------------- cpu_bf16_inference, cpu_bf16_training
+class CPUBF16Unsupported(ValueError):
+    """``--bf16`` on the CPU of a processor without native bf16."""
+
+
+def cpu_has_native_bf16() -> bool:
+    """Does this processor compute bf16 natively (AMX-BF16 or AVX512-BF16)?"""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    if all(callable(check) for check in checks):
+        return any(check() for check in checks)
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def check_cpu_bf16() -> None:
+    if not cpu_has_native_bf16():
+        raise CPUBF16Unsupported(
+            "--bf16 on the CPU runs under torch.autocast(bfloat16), which needs a processor with native"
+            " bf16 (AMX-BF16 or AVX512-BF16, cpuinfo flags amx_bf16/avx512_bf16); this one has neither,"
+            " so bf16 would be emulated, slower than fp32: drop --bf16")
+
+
+def wants_cpu_bf16(common) -> bool:
+    """Does the ``common`` config ask for bf16 (``--bf16`` or ``--memory-efficient-bf16``) on the CPU?
+
+    fairseq's parser also sets ``--tpu`` for ``--bf16``; a TPU exists only where torch_xla
+    is installed and ``--cpu`` was not given.
+    """
+    if not (getattr(common, "bf16", False) or getattr(common, "memory_efficient_bf16", False)):
+        return False
+    if getattr(common, "cpu", False):
+        return True
+    return not torch.cuda.is_available() and importlib.util.find_spec("torch_xla") is None
+
+
+def _prepare_with_cpu_bf16(prepare):
+    @functools.wraps(prepare)
+    def prepare_for_inference_(self, cfg):
+        prepare(self, cfg)
+        common = getattr(cfg, "common", None)
+        wanted = common is not None and wants_cpu_bf16(common)
+        if wanted:
+            check_cpu_bf16()
+        self.cpu_autocast_dtype = torch.bfloat16 if wanted else None
+
+    prepare_for_inference_.sret_patch = "cpu_bf16_inference"
+    return prepare_for_inference_
+
+
+def cpu_autocast_dtype(models):
+    """bf16 if a model was prepared for inference with ``--bf16`` and the models are on the CPU."""
+    models = [m for m in models if m is not None]
+    wanted = any(getattr(m, "cpu_autocast_dtype", None) is not None for m in models)
+    on_cpu = all(p.device.type == "cpu" for m in models for p in m.parameters())
+    return torch.bfloat16 if wanted and on_cpu else None
+
+
+def _inference_under_cpu_autocast(inference_step):
+    @functools.wraps(inference_step)
+    def wrapper(self, generator, models, sample, *args, **kwargs):
+        dtype = cpu_autocast_dtype(models)
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            return inference_step(self, generator, models, sample, *args, **kwargs)
+
+    wrapper.sret_patch = "cpu_bf16_inference"
+    return wrapper
+
+
+class _Recorded(Exception):
+    pass
+
+
+def fairseq_ignores_bf16_in_generation(prepare=None, inference_step=None) -> bool:
+    """Does a model prepared for inference with ``--cpu --bf16`` generate without autocast?
+
+    Calls ``prepare_for_inference_`` and ``FairseqTask.inference_step`` with a one-layer
+    model and a stand-in generator that records whether CPU autocast is on.
+    """
+    from types import SimpleNamespace
+
+    prepare = prepare or BaseFairseqModel.prepare_for_inference_
+    inference_step = inference_step or FairseqTask.inference_step
+
+    class Model(BaseFairseqModel):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 2)
+
+    class Generator:
+        def generate(self, models, sample, **kwargs):
+            raise _Recorded(torch.is_autocast_enabled("cpu"))
+
+    cfg = SimpleNamespace(common=SimpleNamespace(cpu=True, bf16=True, tpu=True), generation=SimpleNamespace(beam=1))
+    model = Model()
+    try:
+        prepare(model, cfg)
+        inference_step(None, Generator(), [model], {})
+    except CPUBF16Unsupported:
+        return False  # refused with a clear message: not ignored
+    except _Recorded as seen:
+        return not seen.args[0]
+    return True
+
+
+def _install_cpu_bf16_inference() -> None:
+    BaseFairseqModel.prepare_for_inference_ = _prepare_with_cpu_bf16(BaseFairseqModel.prepare_for_inference_)
+    FairseqTask.inference_step = _inference_under_cpu_autocast(FairseqTask.inference_step)
+
+
+@contextlib.contextmanager
+def _without_bf16(common, active: bool):
+    """Hide ``--bf16`` from fairseq's own mixed precision (model cast, FP16Optimizer, sample cast)."""
+    if not active:
+        yield
+        return
+    saved = common.bf16, common.memory_efficient_bf16
+    common.bf16 = common.memory_efficient_bf16 = False
+    try:
+        yield
+    finally:
+        common.bf16, common.memory_efficient_bf16 = saved
+
+
+def _no_tpu(cfg) -> None:
+    """Undo the ``--tpu`` that fairseq's parser adds for ``--bf16`` (the groups keep copies)."""
+    for group in ("common", "distributed_training", "optimizer"):
+        section = getattr(cfg, group, None)
+        if section is not None and getattr(section, "tpu", None):
+            section.tpu = False
+
+
+class CPUAutocastTrainer(trainer_module.Trainer):
+    """fairseq's Trainer; with ``--bf16`` on the CPU the model and the optimizer stay fp32
+    (fp32 master weights) and each training and validation step runs under
+    ``torch.autocast("cpu", torch.bfloat16)``."""
+
+    def __init__(self, cfg, task, model, criterion, quantizer=None):
+        if isinstance(cfg, argparse.Namespace):
+            cfg = convert_namespace_to_omegaconf(cfg)
+        self.cpu_autocast = wants_cpu_bf16(cfg.common)
+        if self.cpu_autocast:
+            check_cpu_bf16()
+            _no_tpu(cfg)
+        with _without_bf16(cfg.common, self.cpu_autocast):
+            super().__init__(cfg, task, model, criterion, quantizer)
+
+    def _build_optimizer(self):
+        with _without_bf16(self.cfg.common, self.cpu_autocast):
+            return super()._build_optimizer()
+
+    def _fp_convert_sample(self, sample):
+        return sample if self.cpu_autocast else super()._fp_convert_sample(sample)
+
+    def train_step(self, samples, raise_oom=False):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
+            return super().train_step(samples, raise_oom=raise_oom)
+
+    def valid_step(self, sample, raise_oom=False):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
+            return super().valid_step(sample, raise_oom=raise_oom)
+
+
+def _call_main_on_the_cpu(call_main):
+    @functools.wraps(call_main)
+    def wrapper(cfg, main, **kwargs):
+        if wants_cpu_bf16(cfg.common):
+            check_cpu_bf16()
+            _no_tpu(cfg)
+        return call_main(cfg, main, **kwargs)
+
+    wrapper.sret_patch = "cpu_bf16_training"
+    return wrapper
+
+
+def fairseq_trains_cpu_bf16_badly(trainer_cls=None) -> bool:
+    """Does fairseq's Trainer, given ``--cpu --bf16`` (with the ``--tpu`` fairseq's parser
+    adds), fail, leave the CPU, or cast the model to bf16?"""
+    trainer_cls = trainer_cls or trainer_module.Trainer
+    cfg = OmegaConf.structured(FairseqConfig())
+    cfg.common.cpu = cfg.common.bf16 = cfg.common.tpu = True
+    with metrics.aggregate(new_root=True):
+        try:
+            trainer = trainer_cls(cfg, None, torch.nn.Linear(2, 2), torch.nn.Module())
+        except CPUBF16Unsupported:
+            return False  # refused with a clear message
+        except Exception:
+            return True
+    return trainer.device.type != "cpu" or next(trainer.model.parameters()).dtype != torch.float32
+
+
+def _install_cpu_bf16_training() -> None:
+    trainer_module.Trainer = CPUAutocastTrainer
+    for module in _training_modules():
+        module.Trainer = CPUAutocastTrainer
+    distributed_utils.call_main = _call_main_on_the_cpu(distributed_utils.call_main)
+
+
 # ---------------------------------------------------------------- registry
 PATCHES = (
     Patch("keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
@@ -288,10 +515,26 @@ PATCHES = (
           fairseq_ddp_passes_device_ids_for_cpu, _install_cpu_ddp),
     Patch("finished_run", "fairseq-train makes one more update on a run that already reached --max-update"
           " or --stop-time-hours", finished_run_trains_again, _install_finished_run),
+    Patch("cpu_bf16_inference", "generation accepts --bf16 and ignores it (fp32 on the CPU)",
+          fairseq_ignores_bf16_in_generation, _install_cpu_bf16_inference),
+    Patch("cpu_bf16_training", "fairseq-train --cpu --bf16 asks for a TPU and would cast the model to bf16",
+          fairseq_trains_cpu_bf16_badly, _install_cpu_bf16_training),
 )
 
 #: ``{patch name: "applied" | "not needed"}`` once :func:`apply_patches` has run.
 APPLIED: Dict[str, str] = {}
+
+
+def probe(patch: Patch) -> bool:
+    """``patch.has_defect()``, or True where the probe itself fails (a temporary folder that is
+    read-only or full, ...): each patch changes only what its defect breaks, so applying one
+    that was not needed is harmless, while an error here would stop every ``fairseq-train``."""
+    try:
+        return patch.has_defect()
+    except Exception as exc:
+        logger.warning("fairseq_sret cannot probe fairseq for %s (%s: %s); applying the patch",
+                       patch.name, type(exc).__name__, exc)
+        return True
 
 
 def apply_patches() -> Dict[str, str]:
@@ -299,7 +542,7 @@ def apply_patches() -> Dict[str, str]:
     for patch in PATCHES:
         if patch.name in APPLIED:
             continue
-        if patch.has_defect():
+        if probe(patch):
             patch.install()
             APPLIED[patch.name] = "applied"
             logger.info("patched fairseq (%s): %s", patch.name, patch.defect)

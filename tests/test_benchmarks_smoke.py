@@ -148,6 +148,13 @@ def test_bench_uptrain_smoke(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None,
                     reason="ONNX export needs onnxscript and onnxruntime (pip install -e '.[onnx]')")
+def test_bench_cpu_bf16_smoke():
+    out = run_script("bench_cpu_bf16")
+    assert out.startswith("command: ") and "\nhardware: device: CPU" in out
+    assert len(rows(out, "fp32")) == len(rows(out, "bf16")) == 2, out  # decoding and training
+    assert out.count("bf16/fp32 per round:") == 2
+
+
 def test_bench_onnx_smoke():
     out = run_script("bench_onnx", timeout=600)
     assert "### ONNX export" in out and len(rows(out, "sret_t")) == 1 and len(rows(out, "sret_s")) == 1

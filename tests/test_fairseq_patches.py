@@ -2,6 +2,8 @@
 without the patch, and gone with it; importing the pure-PyTorch parts changes nothing."""
 
 import argparse
+import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +16,19 @@ import fairseq_cli.train
 import fairseq_sret.models  # noqa: F401  (applies the patches)
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
+from fairseq.dataclass.configs import FairseqConfig
+from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.models import distributed_fairseq_model
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from fairseq_sret import fairseq_patches
+from omegaconf import OmegaConf
 from fairseq_sret.nmt_checkpoints import CorruptCheckpointError, load_checkpoint
 
-from cli_helpers import ENV, SRET, TRAIN, preprocess, write_corpus
+from cli_helpers import ENV, SRET, TRAIN, USER_DIR, preprocess, run, write_corpus
+from nmt_helpers import SMALL, build
+
+native_bf16 = pytest.mark.skipif(not fairseq_patches.cpu_has_native_bf16(),
+                                 reason="this processor has no native bf16 (AMX-BF16 or AVX512-BF16)")
 
 
 def test_every_patch_was_needed_and_applied():
@@ -105,3 +115,108 @@ def test_a_finished_run_started_again_keeps_its_checkpoint(launcher, tmp_path):
     again = subprocess.run(argv, env=ENV, check=True, capture_output=True, text=True, timeout=300)
     assert "no further training" in again.stdout + again.stderr
     assert updates() == 6 and last.read_bytes() == before
+
+
+def test_cpu_bf16_generation_defect_without_the_patch():
+    prepare = fairseq_patches.BaseFairseqModel.prepare_for_inference_
+    inference_step = fairseq_patches.FairseqTask.inference_step
+    assert fairseq_patches.fairseq_ignores_bf16_in_generation(prepare.__wrapped__, inference_step.__wrapped__)
+    assert not fairseq_patches.fairseq_ignores_bf16_in_generation(prepare, inference_step)
+
+
+def test_cpu_bf16_training_defect_without_the_patch():
+    fairseq_trainer = fairseq_patches.CPUAutocastTrainer.__bases__[0]
+    assert fairseq_patches.fairseq_trains_cpu_bf16_badly(fairseq_trainer)
+    assert not fairseq_patches.fairseq_trains_cpu_bf16_badly(fairseq_patches.CPUAutocastTrainer)
+
+
+def _cpu_config(bf16):
+    cfg = OmegaConf.structured(FairseqConfig())
+    cfg.common.cpu = True
+    cfg.common.bf16 = cfg.common.tpu = bf16  # fairseq's parser adds --tpu to --bf16
+    return cfg
+
+
+def _hub(model, dictionary, bf16):
+    """The hub interface (``from_pretrained(..., bf16=True)`` builds the same) on a copy of ``model``."""
+    task = TranslationTask(TranslationConfig(), dictionary, dictionary)
+    return GeneratorHubInterface(_cpu_config(bf16), task, [copy.deepcopy(model)])
+
+
+@native_bf16
+def test_hub_generation_runs_bf16_autocast_and_scores_like_fp32():
+    torch.manual_seed(0)
+    model, task = build("sret_transformer_tiny", **SMALL)
+    d = task.source_dictionary
+    fp32, bf16 = _hub(model, d, bf16=False), _hub(model, d, bf16=True)
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())
+    autocast = []
+    bf16.models[0].encoder.embed_tokens.register_forward_hook(
+        lambda *_: autocast.append(torch.is_autocast_enabled("cpu")))
+    differences = []
+    for n in (3, 6, 9, 12):
+        source = torch.cat([torch.randint(d.nspecial, len(d), (n,)), torch.tensor([d.eos()])]).unsqueeze(0)
+        best = fp32.generate(source, beam=5, max_len_b=12)[0][0]
+        # bf16 decoding forced along the fp32 hypothesis: its token scores are comparable
+        prefix = best["tokens"][:-1]
+        forced = bf16.generate(source, beam=5, max_len_b=12,
+                               inference_step_args={"prefix_tokens": prefix.unsqueeze(0)})[0][0]
+        assert torch.equal(forced["tokens"][: len(prefix)], prefix)
+        differences.append((forced["positional_scores"][: len(prefix)] - best["positional_scores"][: len(prefix)]).abs())
+    assert autocast and all(autocast)
+    largest = torch.cat(differences).max().item()
+    assert 0 < largest < 0.05, largest  # computed in bf16 (not bit-identical), within bf16's rounding
+
+
+def test_bf16_without_native_bf16_stops_with_a_clear_message(monkeypatch):
+    monkeypatch.setattr(fairseq_patches, "cpu_has_native_bf16", lambda: False)
+    model, task = build("sret_transformer_tiny", **SMALL)
+    with pytest.raises(fairseq_patches.CPUBF16Unsupported, match="native bf16.*drop --bf16"):
+        _hub(model, task.source_dictionary, bf16=True)
+    with pytest.raises(fairseq_patches.CPUBF16Unsupported, match="native bf16.*drop --bf16"):
+        fairseq_patches.CPUAutocastTrainer(_cpu_config(True), None, torch.nn.Linear(2, 2), torch.nn.Module())
+    _hub(model, task.source_dictionary, bf16=False)  # fp32 is unaffected
+
+
+def _losses(log):
+    return {int(m.group(2)): float(m.group(1))
+            for m in re.finditer(r"train_inner .* loss=([0-9.]+),.*num_updates=(\d+)", log)}
+
+
+def _hypotheses(log):
+    return {int(i): (float(score), text) for i, score, text in re.findall(r"^H-(\d+)\t(\S+)\t(.*)$", log, re.M)}
+
+
+@pytest.mark.e2e
+@native_bf16
+def test_cpu_bf16_through_the_command_line_tools(tmp_path):
+    data_bin = preprocess(write_corpus(tmp_path / "raw", sizes=(("train", 60), ("valid", 10), ("test", 10))))
+    logs = {}
+    for name, flags in (("fp32", []), ("bf16", ["--bf16"])):
+        result = run("fairseq-train", data_bin, *SRET, *TRAIN, "--max-update", "8",
+                     "--save-dir", tmp_path / name, *flags)
+        logs[name] = _losses(result.stdout + result.stderr)
+    # fp32 master weights, bf16 arithmetic: the losses follow fp32's within bf16 rounding
+    assert sorted(logs["bf16"]) == sorted(logs["fp32"]) == list(range(1, 9))
+    assert logs["bf16"] != logs["fp32"]
+    for update, loss in logs["fp32"].items():
+        assert abs(logs["bf16"][update] - loss) <= 0.02 * loss, (logs, update)
+    weights = load_checkpoint(tmp_path / "bf16" / "checkpoint_last.pt")["model"]
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+
+    checkpoint = tmp_path / "fp32" / "checkpoint_last.pt"
+    outputs = {name: _hypotheses(run("fairseq-generate", data_bin, *USER_DIR, "--path", checkpoint, "--cpu",
+                                     "--beam", "5", "--batch-size", "16", *flags).stdout)
+               for name, flags in (("fp32", []), ("bf16", ["--bf16"]))}
+    assert sorted(outputs["bf16"]) == sorted(outputs["fp32"]) == list(range(10))
+    assert outputs["bf16"] != outputs["fp32"]  # honoured, not ignored
+    same = [i for i in outputs["fp32"] if outputs["fp32"][i][1] == outputs["bf16"][i][1]]
+    assert len(same) >= 5
+    assert max(abs(outputs["fp32"][i][0] - outputs["bf16"][i][0]) for i in same) < 0.05
+
+    sources = (tmp_path / "raw" / "test.src").read_text().splitlines()[:3]
+    interactive = run("fairseq-interactive", data_bin, *USER_DIR, "--path", checkpoint, "--cpu", "--bf16",
+                      "--source-lang", "src", "--target-lang", "tgt", "--beam", "5",
+                      stdin="\n".join(sources) + "\n")
+    assert len(_hypotheses(interactive.stdout)) == len(sources)
+

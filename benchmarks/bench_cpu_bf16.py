@@ -1,0 +1,178 @@
+"""Translation on the CPU in fp32 and in bf16 autocast (``--bf16``), in one process.
+
+    python -m benchmarks.bench_cpu_bf16 --threads 1            # the quick start's model
+    python -m benchmarks.bench_cpu_bf16 --smoke                # harness check (CI)
+
+The quick start's architecture (``sret_transformer_tiny``, ``--share-all-embeddings``) with
+random weights and the Multi30k quick start's joined dictionary size (7,796 entries) on
+synthetic left-padded batches. Decoding goes the way ``fairseq-generate --cpu [--bf16]``
+goes: the model is prepared with ``prepare_for_inference_(cfg)`` and decoded by
+``task.inference_step`` (where :mod:`fairseq_sret.fairseq_patches` turns ``--bf16`` into
+``torch.autocast("cpu", torch.bfloat16)``), beam ``--beam``, every hypothesis forced to
+``--tgt-len`` tokens so both precisions decode the same steps. Training: one update
+(forward, label-smoothed loss, backward, Adam) in fp32 and under CPU bf16 autocast with
+fp32 weights, which is what ``fairseq-train --cpu --bf16`` runs.
+
+Variants are timed round-robin (fp32, bf16, fp32, bf16, ...) by this process's CPU time
+with one thread (wall time otherwise); printed: median and spread (min-max) over rounds and
+the bf16/fp32 ratio of each round.
+"""
+
+import argparse
+import copy
+import statistics
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from .common import clock_fn, clock_note, command_line, default_clock, hardware_line, quiet_logging, set_threads
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="sret_transformer_tiny")
+    p.add_argument("--dict-size", type=int, default=7796, help="joined dictionary entries, specials included")
+    p.add_argument("--gen-batch", type=int, default=16, help="sentences per generation batch")
+    p.add_argument("--src-len", type=int, default=20, help="longest source (tokens, incl. EOS)")
+    p.add_argument("--tgt-len", type=int, default=20, help="generated length; longest training target")
+    p.add_argument("--train-batch", type=int, default=64, help="sentence pairs per training update")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--iters", type=int, default=3, help="calls per variant per round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--skip-train", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="tiny model, one round (CI harness check)")
+    args = p.parse_args(argv)
+    args.overrides = {}
+    if args.smoke:
+        args.dict_size, args.gen_batch, args.src_len, args.tgt_len, args.train_batch = 100, 2, 6, 5, 4
+        args.iters, args.rounds, args.beam = 1, 1, 2
+        args.overrides = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64,
+                              decoder_ffn_embed_dim=64, encoder_attention_heads=2, decoder_attention_heads=2)
+    return args
+
+
+def synthetic_batch(dictionary, batch, src_len, tgt_len, seed=0):
+    """Left-padded sources, right-padded targets and their prev_output_tokens."""
+    g = torch.Generator().manual_seed(seed)
+    pad, eos = dictionary.pad(), dictionary.eos()
+    src = torch.full((batch, src_len), pad, dtype=torch.long)
+    target = torch.full((batch, tgt_len), pad, dtype=torch.long)
+    prev = torch.full((batch, tgt_len), pad, dtype=torch.long)
+    src_lengths = torch.randint(max(2, src_len // 2), src_len + 1, (batch,), generator=g)
+    tgt_lengths = torch.randint(max(2, tgt_len // 2), tgt_len + 1, (batch,), generator=g)
+    for i, (s, t) in enumerate(zip(src_lengths.tolist(), tgt_lengths.tolist())):
+        words = torch.randint(dictionary.nspecial, len(dictionary), (s - 1,), generator=g)
+        src[i, src_len - s:] = torch.cat([words, torch.tensor([eos])])
+        out = torch.randint(dictionary.nspecial, len(dictionary), (t - 1,), generator=g)
+        target[i, :t] = torch.cat([out, torch.tensor([eos])])
+        prev[i, :t] = torch.cat([torch.tensor([eos]), out])
+    return {"net_input": {"src_tokens": src, "src_lengths": src_lengths, "prev_output_tokens": prev},
+            "target": target, "ntokens": int(tgt_lengths.sum())}
+
+
+def inference_cfg(bf16: bool, beam: int):
+    """The parts of fairseq-generate's config that ``prepare_for_inference_`` reads."""
+    return SimpleNamespace(common=SimpleNamespace(cpu=True, bf16=bf16, tpu=bf16, memory_efficient_bf16=False),
+                           generation=SimpleNamespace(beam=beam))
+
+
+def decode_fn(model, dictionary, sample, beam, length, bf16):
+    """Beam search of a copy of ``model`` prepared as fairseq-generate does (``--bf16`` or not)."""
+    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq.tasks.fairseq_task import FairseqTask
+
+    model = copy.deepcopy(model).eval()
+    model.prepare_for_inference_(inference_cfg(bf16, beam))
+    generator = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0, max_len_b=length,
+                                  min_len=length)
+    source = {"net_input": {k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}}
+
+    def decode():
+        return FairseqTask.inference_step(None, generator, [model], source)
+
+    return decode
+
+
+def train_fn(model, sample, pad, bf16):
+    model = copy.deepcopy(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-5, betas=(0.9, 0.98))
+
+    def step():
+        model.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits, _ = model(**sample["net_input"])
+            lprobs = F.log_softmax(logits.float(), dim=-1)
+            loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1), ignore_index=pad,
+                              reduction="sum")
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def timed_rounds(fns, iters, rounds, clock):
+    """Seconds per call of each function, one value per round, round-robin after one warm-up call."""
+    now = clock_fn(clock)
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = now()
+            for _ in range(iters):
+                fn()
+            times[name].append((now() - start) / iters)
+    return times
+
+
+def report(title, times, work, unit):
+    rates = {name: [work / t for t in ts] for name, ts in times.items()}
+    print(f"\n{title}")
+    print(f"| precision | {unit} (median) | spread over rounds |")
+    print("|---|---:|---:|")
+    for name, values in rates.items():
+        print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f}-{max(values):.1f} |")
+    ratios = [b / a for a, b in zip(rates["fp32"], rates["bf16"])]
+    print(f"bf16/fp32 per round: {' '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f}x")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    set_threads(args.threads)
+    quiet_logging()
+    import fairseq_sret.models  # noqa: F401  (the fairseq patches: --bf16 on the CPU)
+    from fairseq_sret.fairseq_patches import cpu_has_native_bf16
+    from fairseq_sret.tools.toy import ToyTask, build_model
+
+    device = torch.device("cpu")
+    clock = default_clock(device)
+    print(command_line())
+    print(hardware_line(device))
+    print(f"native bf16 (AMX-BF16 or AVX512-BF16): {cpu_has_native_bf16()}; timing: {clock_note(clock)}")
+    task = ToyTask.of_dictionary_size(args.dict_size)
+    dictionary = task.target_dictionary
+    torch.manual_seed(0)
+    model = build_model(args.arch, task=task, share_all_embeddings=True, **args.overrides)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{args.arch}: {params / 1e6:.2f}M parameters, dictionary {len(dictionary)}")
+
+    sample = synthetic_batch(dictionary, args.gen_batch, args.src_len, args.tgt_len)
+    fns = {name: decode_fn(model, dictionary, sample, args.beam, args.tgt_len, name == "bf16")
+           for name in ("fp32", "bf16")}
+    times = timed_rounds(fns, args.iters, args.rounds, clock)
+    report(f"beam {args.beam} decoding, {args.gen_batch} sentences a batch, {args.tgt_len} tokens each",
+           times, args.gen_batch, "sentences/s")
+
+    if not args.skip_train:
+        train = synthetic_batch(dictionary, args.train_batch, args.src_len, args.tgt_len, seed=1)
+        fns = {name: train_fn(model, train, dictionary.pad(), name == "bf16") for name in ("fp32", "bf16")}
+        times = timed_rounds(fns, args.iters, args.rounds, clock)
+        report(f"training update, {args.train_batch} sentence pairs ({train['ntokens']} target tokens)",
+               times, train["ntokens"], "target tokens/s")
+
+
+if __name__ == "__main__":
+    main()
