@@ -7,15 +7,18 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_sret", "fairseq_sret.*"]),
-    python_requires=">=3.8",
+    # The floors are the versions a documented run has exercised: the whole test suite on
+    # Python 3.11 with torch 2.13 (CPU), the GPU benchmarks on Python 3.12 with torch 2.11
+    # (docs/benchmarks.md). The code needs torch >= 2.3 (torch.compiler.is_compiling,
+    # torch.amp.GradScaler(device)); fairseq 0.12.2, the PyPI release for Python < 3.11,
+    # has never been run with this package.
+    python_requires=">=3.11",
     install_requires=[
         # Install torch before this package (scripts/setup_env.sh does): a bare torch
         # requirement resolved by pip can pull a multi-GB CUDA build.
-        "torch>=2.0",
-        # fairseq 0.12.2 (the last PyPI release) cannot be imported on Python >= 3.11;
-        # fairseq-fixed is fairseq's main branch with the 3.11 fixes (same `fairseq` module).
-        'fairseq==0.12.2; python_version < "3.11"',
-        'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
+        "torch>=2.11",
+        # fairseq's main branch with the Python 3.11 fixes (the same `fairseq` module)
+        "fairseq-fixed==0.12.3.1",
         "sacrebleu>=2.0",
         "sentencepiece",
         "sacremoses",
