@@ -8,6 +8,9 @@ they are skipped when Triton is not installed (``pip install -e .[kernels]``).
 
 import importlib.util
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -147,6 +150,88 @@ def test_triton_kernel_matches_reference(triton_kernels, norm, skip_kind, branch
     want_grads = torch.autograd.grad(want, leaves, grads_out)
     for g, r in zip(got_grads, want_grads):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4 * max(1.0, r.abs().max().item()))
+
+
+def _strided_rows(batch, length, width, device):
+    """A (batch, length, width) view with row stride > width: the kernels read it in place."""
+    return torch.randn(batch, length, width + 3, device=device)[..., :width]
+
+
+def _transposed(batch, length, width, device):
+    """A (batch, length, width) view of a (length, batch, width) tensor (fairseq's layout):
+    its rows do not flatten to one stride, so the kernels read a copy."""
+    return torch.randn(length, batch, width, device=device).transpose(0, 1)
+
+
+@pytest.mark.parametrize("width", [1, 40, 1000, fused.MAX_FUSED_WIDTH])
+def test_triton_kernel_widths_and_strided_inputs(triton_kernels, width):
+    """Every width up to the widest the dispatch sends to the kernel, with inputs and incoming
+    gradients that are not contiguous (a column slice, fairseq's transposed layout)."""
+    torch.manual_seed(0)
+    x = _strided_rows(2, 3, width, DEVICE).requires_grad_()
+    y = _transposed(2, 3, width, DEVICE).requires_grad_()
+    assert not x.is_contiguous() and not y.is_contiguous()
+    assert triton_kernels._rows(x, width).data_ptr() == x.data_ptr()  # read in place, no copy
+    s = torch.tensor([0.7], device=DEVICE, requires_grad=True)
+    w = torch.randn(width, device=DEVICE, requires_grad=True)
+    bias = torch.randn(width, device=DEVICE, requires_grad=True)
+    got = triton_kernels.lrc_add_norm_triton(x, y, s, -1.3, w, bias, 1e-5, norm=True)
+    want = lrc_add_norm_ref(x, y, s, -1.3, w, bias, 1e-5)
+    for g, r in zip(got, want):
+        assert g.shape == r.shape and g.is_contiguous()
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+    grads_out = (_transposed(2, 3, width, DEVICE), _strided_rows(2, 3, width, DEVICE))
+    leaves = (x, y, s, w, bias)
+    for g, r in zip(torch.autograd.grad(got, leaves, grads_out), torch.autograd.grad(want, leaves, grads_out)):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4 * max(1.0, r.abs().max().item()))
+    with fast_paths(fused="force"):
+        assert fused._use_triton(x, y)
+        assert not fused._use_triton(_strided_rows(1, 1, fused.MAX_FUSED_WIDTH + 1, DEVICE),
+                                     _strided_rows(1, 1, fused.MAX_FUSED_WIDTH + 1, DEVICE))
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not HAVE_TRITON, reason="Triton not installed (pip install -e .[kernels])")
+def test_torch_compile_keeps_the_kernel_as_one_operator():
+    """Traced by torch.compile (fullgraph), the fused path is the ``fairseq_sret::lrc_add_norm``
+    operator with the kernel's output shapes, and its backward operator traces with fake
+    tensors. A fresh process without the interpreter: traced kernels are compiled Triton
+    functions, never launched here."""
+    script = textwrap.dedent('''
+        import torch
+        from torch import nn
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from fairseq_sret.core import _triton_kernels as kernels, fused
+        from fairseq_sret.core.config import fast_paths
+
+        x, y = torch.randn(2, 3, 16, requires_grad=True), torch.randn(2, 3, 16, requires_grad=True)
+        s, norm = torch.tensor([0.7], requires_grad=True), nn.LayerNorm(16)
+        graphs = []
+
+        def record(gm, inputs):
+            graphs.append(gm)
+            return lambda *args: fused.lrc_add_norm_ref(x, y, s, 0.5, norm.weight, norm.bias, norm.eps)
+
+        fused._KERNEL_OK[("cpu", None)] = True  # the eager check runs on a GPU or the interpreter
+        with fast_paths(fused="force"):
+            torch.compile(lambda x, y: fused.lrc_add_norm(x, y, s, 0.5, norm), backend=record, fullgraph=True)(x, y)
+        calls = [n for n in graphs[0].graph.nodes if n.op == "call_function"]
+        assert str(calls[0].target) == "fairseq_sret.lrc_add_norm.default", calls
+        res, out, mean, rstd = calls[0].meta["example_value"]
+        assert res.shape == out.shape == (6, 16) and mean.shape == rstd.shape == (6,)
+        with FakeTensorMode():
+            g = torch.empty(6, 16)
+            dx, dy, ds, db, dw, dbias = kernels.lrc_add_norm_backward_op(
+                g, g, torch.empty(6, 16), None, torch.empty(6, 16), torch.empty(6), torch.empty(6),
+                torch.empty(16), torch.empty(1), None, None, 0.5, torch.float32, torch.float32,
+                True, True, True, True)
+            assert dx.shape == dy.shape == (6, 16) and ds.shape == (1,) and db.numel() == 0
+            assert dw.shape == dbias.shape == (16,)
+        print("kept")
+    ''')
+    env = dict(os.environ, TRITON_INTERPRET="0", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "kept" in done.stdout, done.stderr[-3000:]
 
 
 def test_triton_kernel_gradcheck_float64(triton_kernels):

@@ -72,3 +72,9 @@ def is_compiling() -> bool:
     values are unknown, so nothing may be read from a tensor, and paths that pay off only
     in eager mode give way to what the compiler fuses itself."""
     return torch.compiler.is_compiling()
+
+
+def is_exporting() -> bool:
+    """True while ``torch.export`` (the ONNX exporter) traces: the exported program must hold
+    only standard operators, so custom kernels give way to their PyTorch definition."""
+    return torch.compiler.is_exporting()

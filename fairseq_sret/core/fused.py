@@ -7,10 +7,11 @@ both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=T
 - :func:`lrc_add_ref` and :func:`lrc_add_norm_ref` are the definition (plain PyTorch);
 - :func:`lrc_add` and :func:`lrc_add_norm` are what the modules call. They pick, at run time:
 
-  * the Triton kernels below (one kernel forward, one backward, plus tiny reductions for
-    the parameter gradients) for CUDA tensors when Triton is importable, outside
-    ``torch.compile`` (which fuses the PyTorch form itself) and without module hooks on the
-    LayerNorm;
+  * the Triton kernels (:mod:`._triton_kernels`: one kernel forward, one backward, plus
+    tiny reductions for the parameter gradients) for CUDA tensors of rows up to
+    :data:`MAX_FUSED_WIDTH` when Triton is importable and without module hooks on the
+    LayerNorm; under ``torch.compile`` too (they are ``torch.library`` operators the
+    compiler keeps), not under ``torch.export``;
   * otherwise PyTorch: ``torch.addcmul(skip_scale * x, branch_scale, y)``, two element-wise
     kernels instead of three (the same products and sum; addcmul rounds ``b * y + s * x``
     once where the three-kernel form rounds twice), with a backward of two multiplies and
@@ -34,10 +35,14 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules import module as _hooks
 
-from .config import FUSED_FORCE, FUSED_OFF, get_fast_paths, is_compiling
+from .config import FUSED_FORCE, FUSED_OFF, get_fast_paths, is_compiling, is_exporting
 
 Scale = Union[None, float, Tensor]
+
+#: The widest rows the Triton kernels take (one program holds a whole row); wider: PyTorch.
+MAX_FUSED_WIDTH = 8192
 
 
 # ----------------------------------------------------------------------------- definition
@@ -169,29 +174,32 @@ def _kernels_work(device: torch.device) -> bool:
 def _no_hooks(module: Optional[nn.Module]) -> bool:
     if module is None:
         return True
-    from torch.nn.modules import module as _m
-
     return not (
         module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-        or _m._global_forward_hooks or _m._global_forward_pre_hooks or _m._global_backward_hooks
+        or _hooks._global_forward_hooks or _hooks._global_forward_pre_hooks or _hooks._global_backward_hooks
     )
 
 
 def _use_triton(x: Tensor, y: Tensor, norm: Optional[nn.LayerNorm] = None) -> bool:
     mode = get_fast_paths().fused
-    if mode == FUSED_OFF or is_compiling():
+    if mode == FUSED_OFF:
         return False
     if x.device.type != "cuda" and mode != FUSED_FORCE:
         return False
     if x.shape != y.shape or x.device != y.device or not (x.is_floating_point() and y.is_floating_point()):
         return False
-    if x.dim() == 0 or x.numel() == 0 or x.size(-1) > 8192:
+    if x.dim() == 0 or x.numel() == 0 or x.size(-1) > MAX_FUSED_WIDTH:
         return False
     if norm is not None:
         if not isinstance(norm, nn.LayerNorm) or tuple(norm.normalized_shape) != (x.size(-1),):
             return False
         if not _no_hooks(norm):
             return False
+    if is_compiling():
+        # torch.compile keeps the kernel (a torch.library op) once its eager check has passed
+        # on this device (the check runs kernels, which a trace cannot); an exported program
+        # holds only standard operators
+        return not is_exporting() and _KERNEL_OK.get((x.device.type, x.device.index), False)
     return triton_available() and _kernels_work(x.device)
 
 
