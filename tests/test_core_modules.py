@@ -105,7 +105,7 @@ def test_recursion_applies_shared_layer_then_each_nll():
         expected = nll(torch.tanh(layer.linear(expected)))
     layer.seen.clear()
     assert torch.allclose(rec(x), expected, atol=1e-6)
-    assert layer.seen == [0, 1, 2]
+    assert [int(step) for step in layer.seen] == [0, 1, 2]
     # one layer + N NLLs, and the NLLs are distinct objects
     assert n_params(rec) == n_params(layer) + 3 * n_params(rec.nlls[0])
     assert len({id(m) for m in rec.nlls}) == 3

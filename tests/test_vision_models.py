@@ -122,7 +122,7 @@ def test_recursion_reuses_the_shared_block_with_recursion_index():
     orig = rec.layer.self_attn.forward
 
     def spy(x, *args, recursion=0, **kwargs):
-        seen.append((recursion, rec.layer.self_attn.groups_at(recursion)))
+        seen.append((int(recursion), rec.layer.self_attn.groups_at(recursion)))
         return orig(x, *args, recursion=recursion, **kwargs)
 
     rec.layer.self_attn.forward = spy

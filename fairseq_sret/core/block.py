@@ -72,15 +72,9 @@ class SReTBlock(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.drop_path = DropPath(drop_path)
 
-    def _sublayer(self, x: Tensor, norm: nn.LayerNorm, residual: LearnableResidual, fn: Callable) -> Tensor:
-        """One residual sub-layer around ``fn`` (paper Eq. 7)."""
-        skip = x
-        if self.normalize_before:
-            x = norm(x)
-        x = residual(skip, self.drop_path(self.dropout(fn(x))))
-        if not self.normalize_before:
-            x = norm(x)
-        return x
+    def _post_ln_sublayer(self, x: Tensor, norm: nn.LayerNorm, residual: LearnableResidual, fn: Callable) -> Tensor:
+        """One post-LN residual sub-layer around ``fn``: ``LN(res(x, drop(f(x))))`` (paper Eq. 7)."""
+        return norm(residual(x, self.drop_path(self.dropout(fn(x)))))
 
     def lrc_sublayers(self):
         """(LayerNorm, residual, last linear of the branch) per residual sub-layer, in order
@@ -155,7 +149,7 @@ class SReTBlock(nn.Module):
             if normed is not None or next_norm is not None:
                 raise ValueError("normed / next_norm are for pre-LN blocks (normalize_before=True)")
             for norm, residual, fn in sublayers:
-                x = self._sublayer(x, norm, residual, fn)
+                x = self._post_ln_sublayer(x, norm, residual, fn)
             return x
 
         h = normed if normed is not None else self.self_attn_norm(x)

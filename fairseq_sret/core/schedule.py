@@ -38,12 +38,12 @@ AUTO_PARTITION = {False: ("contiguous", "random"), True: ("strided", "random")}
 Values = Union[int, str, Sequence]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class RecursionStep:
     """One application of a shared layer (see the module docstring).
 
-    A step stands for its recursion index where an int is expected: ``step == 1``,
-    ``values[step]`` and ``int(step)`` use :attr:`index`.
+    A step stands for its recursion index where an index is expected: ``values[step]`` and
+    ``int(step)`` use :attr:`index`. It equals only a step with the same fields, never an int.
     """
 
     index: int = 0
@@ -52,24 +52,11 @@ class RecursionStep:
     nll: Optional[int] = 0
     runs: bool = True
 
-    def _fields(self) -> tuple:
-        return (self.index, self.groups, self.partition, self.nll, self.runs)
-
     def __index__(self) -> int:
         return self.index
 
     def __int__(self) -> int:
         return self.index
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, RecursionStep):
-            return self._fields() == other._fields()
-        if isinstance(other, int) and not isinstance(other, bool):
-            return self.index == other
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.index)
 
 
 def check_depth(
