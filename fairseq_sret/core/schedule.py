@@ -206,15 +206,18 @@ class RecursionSchedule:
         schedule = cls(steps, causal=bool(causal))
         return schedule if depth is None else schedule.with_depth(depth, name=names["depth"])
 
-    def with_depth(self, depth: Optional[int], name: str = "depth", **message) -> "RecursionSchedule":
+    def with_depth(
+        self, depth: Optional[int], name: str = "depth",
+        built: str = "the layer was built (and trained) with", fix: Optional[str] = None,
+    ) -> "RecursionSchedule":
         """The same schedule running only its first ``depth`` applications (None: all).
 
-        Raises ValueError (:func:`check_depth`, which ``message`` words) when ``depth`` is not
-        an integer from 1 to the applications the layer was built with.
+        Raises ValueError (:func:`check_depth`, with ``name``, ``built`` and ``fix``) when
+        ``depth`` is not an integer from 1 to the applications the layer was built with.
         """
         if depth is None:
             depth = len(self.steps)
-        check_depth(depth, len(self.steps), name, **message)
+        check_depth(depth, len(self.steps), name, built=built, fix=fix)
         return replace(self, steps=tuple(replace(s, runs=s.index < depth) for s in self.steps))
 
     # ------------------------------------------------------------------ reading
