@@ -219,3 +219,8 @@ def test_vision_depth_d_equals_a_model_built_with_d_recursions(make, kwargs):
     assert deep.depth == 1
     with pytest.raises(ValueError, match="depth=4 is larger than the 3 recursions"):
         deep.set_depth(4)
+    with pytest.raises(TypeError, match="takes one depth, got 1, 2"):
+        deep.set_depth(1, 2)
+    with pytest.raises(TypeError, match="takes one depth, got encoder=1"):
+        deep.at_depth(encoder=1)
+    assert deep.depth == 1

@@ -96,12 +96,12 @@ class DepthControl:
 
     def _chosen(self, depths, by_side) -> List[Tuple[str, nn.Module, Optional[int]]]:
         parts = self._depth_parts()
-        unknown = set(by_side) - {side for side, _, _ in parts}
+        sides = [side for side, _, _ in parts]
+        unknown = sorted(set(by_side) - set(sides))
         if len(depths) > len(parts) or unknown:
-            raise TypeError(
-                f"{type(self).__name__} takes one depth per side ({', '.join(s for s, _, _ in parts)}),"
-                f" got {depths!r} and {sorted(unknown) or ''}"
-            )
+            given = [repr(d) for d in depths] + [f"{k}={v!r}" for k, v in by_side.items()]
+            wanted = f"one depth per side ({', '.join(sides)})" if self.depth_sides else "one depth"
+            raise TypeError(f"{type(self).__name__} takes {wanted}, got {', '.join(given)}")
         values = list(depths) + [None] * (len(parts) - len(depths))
         chosen = [(name, module, by_side.get(side, value)) for (side, name, module), value in zip(parts, values)]
         for name, module, value in chosen:
