@@ -19,15 +19,14 @@ LayerNorm weight/bias gradients and of ``sum(dres_total * x)`` / ``sum(dres_tota
 
 Inputs and incoming gradients are read through their row stride (any ``(..., N)`` tensor
 whose leading dimensions flatten to one, e.g. a column slice, is used without a copy);
-outputs are contiguous. Block sizes are fixed per width (:func:`_blocks`), not autotuned:
-autotuning would run every candidate on first use of each width, inside the first training
-step, and a row tile of about 2048 elements is what the forward needs to keep every lane busy
-at SReT's widths.
+outputs are contiguous. Block sizes are fixed per width (:func:`_blocks`: tiles of about
+2048 elements), not autotuned: autotuning runs every candidate on the first call of each
+width, inside the first training step, and no GPU measurement here has compared candidates.
 
 Forward and backward are ``torch.library.triton_op`` custom operators
 (``fairseq_sret::lrc_add_norm`` and ``fairseq_sret::lrc_add_norm_backward``) with the
-backward registered as the forward's autograd formula, so ``torch.compile`` and
-``torch.export`` see the kernels and keep them instead of breaking the graph.
+backward registered as the forward's autograd formula, so ``torch.compile`` keeps the
+kernels in its graph instead of breaking it.
 """
 
 from typing import Optional, Tuple
