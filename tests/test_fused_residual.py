@@ -300,7 +300,7 @@ def test_recursive_chains_layernorms_through_the_kernel(triton_kernels):
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
-def test_kernel_not_used_with_hooks_or_under_compile(triton_kernels):
+def test_kernel_not_used_with_hooks_or_unchecked_under_compile_or_export(triton_kernels, monkeypatch):
     norm = nn.LayerNorm(8).to(DEVICE)
     x = torch.randn(4, 8, device=DEVICE)
     with fast_paths(fused="force"):
@@ -308,6 +308,14 @@ def test_kernel_not_used_with_hooks_or_under_compile(triton_kernels):
         handle = norm.register_forward_hook(lambda *a: None)
         assert not fused._use_triton(x, x, norm)
         handle.remove()
+        # traced: the kernel only after its eager check passed on the device, never exported
+        monkeypatch.setattr(fused, "is_compiling", lambda: True)
+        assert fused._use_triton(x, x, norm)
+        monkeypatch.setattr(fused, "is_exporting", lambda: True)
+        assert not fused._use_triton(x, x, norm)
+        monkeypatch.setattr(fused, "is_exporting", lambda: False)
+        monkeypatch.setattr(fused, "_KERNEL_OK", {})
+        assert not fused._use_triton(x, x, norm)
     with fast_paths(fused="off"):
         assert not fused._use_triton(x, x, norm)
     assert os.environ.get("SRET_DISABLE_TRITON", "0") != "1"
