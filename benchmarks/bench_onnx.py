@@ -24,6 +24,9 @@ from benchmarks.common import command_line, hardware_line, median, print_table, 
 
 
 def randomised(name: str, **kwargs):
+    """Model ``name`` in eval mode whose BatchNorm statistics and affine weights, LRC
+    coefficients and position embedding are random too (their initial values are trivial,
+    so an export that mishandled them would still match)."""
     from fairseq_sret.vision import create_model
 
     torch.manual_seed(0)
@@ -33,9 +36,13 @@ def randomised(name: str, **kwargs):
             if isinstance(module, torch.nn.BatchNorm2d):
                 module.running_mean.normal_(0, 0.2)
                 module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.1)
         for name_, p in model.named_parameters():
             if name_.endswith(("skip_scale", "branch_scale")):
                 p.uniform_(0.5, 1.5)
+            elif name_.endswith("pos_embed"):
+                p.normal_(0, 0.02)
     return model.eval()
 
 

@@ -32,9 +32,8 @@ The patches:
 - ``finished_run``: ``fairseq_cli.train.train`` checks ``--max-update`` and
   ``--stop-time-hours`` only after a training step, so ``fairseq-train`` on a run whose
   ``checkpoint_last.pt`` already reached them makes one more update and overwrites the
-  checkpoint (a finished quick start or experiment run, started again to be evaluated,
-  changed its model: 800 -> 801 updates, 0.4 BLEU). Patched: an epoch that would start
-  at or past either limit does not start.
+  checkpoint: a finished run started again only to be evaluated changes its model.
+  Patched: an epoch that would start at or past either limit does not start.
 
 - ``cpu_bf16_inference``: ``fairseq-generate``, ``fairseq-interactive`` and the hub
   interface accept ``--bf16`` and ignore it (they honour only ``--fp16``: the output is

@@ -17,11 +17,18 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SRET_SHARED", REPO.parent / "shared"))
 
 
+def shared_path(relative: str = "") -> Path:
+    """``SHARED / relative``, the project's shared data; skips the calling test or fixture
+    (module-scoped ones too) where it is not there."""
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"shared data {path} not present")
+    return path
+
+
 @pytest.fixture
 def shared_dir():
-    if not SHARED.is_dir():
-        pytest.skip(f"shared data folder {SHARED} not present")
-    return SHARED
+    return shared_path()
 
 
 @pytest.fixture(scope="module")

@@ -45,9 +45,9 @@ def test_bench_attention_smoke():
     for length in (16, 32):
         scaling = [r for r in rows(out, str(length)) if r.count("|") == 12]
         assert len(scaling) == 3, out  # G = 1, 2, 4
-        assert re.search(r"\| 1\.00x \|", scaling[0])
-    assert sum("ours (G=1)" in line for line in out.splitlines()) == 2
-    assert sum("direct SDPA + projections" in line and "| 1.00x |" in line for line in out.splitlines()) == 2
+        assert all(re.search(r"\| \d+\.\d\dx \|", row) for row in scaling[1:]), out  # G = 2, 4 against G = 1
+    ours = [line for line in out.splitlines() if "ours (G=1)" in line]
+    assert len(ours) == 2 and all(re.search(r"\| \d+\.\d\dx \|", line) for line in ours), out
 
 
 def test_bench_theorem1_smoke():
@@ -78,7 +78,7 @@ def test_bench_nmt_smoke():
     assert "### NMT training" in out and "### NMT generation" in out
     for name in ("fairseq transformer", "sret", "sret, no NLL"):
         assert len(rows(out, name)) == 2, out
-    assert rows(out, "fairseq transformer")[0].count("1.00x") == 2
+    assert all(len(re.findall(r"\| \d+\.\d\dx (?=\|)", r)) == 2 for r in rows(out, "sret")), out
     assert "target check (train)" in out and "target check (generate)" in out
 
 
@@ -90,7 +90,7 @@ def test_bench_depth_smoke():
     assert [r.split("|")[2].strip() for r in table] == ["1/1", "2/2"], out
     assert all("| 2/2 | 20 |" in r for r in table)  # trained with 2+2 recursions, 20 test sentences
     assert all(len(r.split("|")) == 10 for r in table)
-    assert "| 1.00x |" in table[1]
+    assert re.search(r"\| \d+\.\d\dx \|", table[0]), out  # depth 1 against the full depth
     assert all(re.search(r"\| \d+\.\d\d \|$", r) for r in table)  # a BLEU per depth
 
 

@@ -36,9 +36,8 @@ def test_command_and_module_print_help_with_an_example(command, module):
     as_module = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True)
     assert as_module.returncode == 0, as_module.stderr
     assert re.search(rf"\n +{command} \S", as_module.stdout), as_module.stdout
-    if not (BIN / command).exists():
-        pytest.skip(f"{command} is declared in setup.py but not installed in this environment (installed before"
-                    " it was added): pip install -e . installs it")
+    assert (BIN / command).exists(), (
+        f"{command} is declared in setup.py but not installed in this environment: pip install -e . installs it")
     installed = subprocess.run([str(BIN / command), "--help"], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr
     assert re.search(rf"\n +{command} \S", installed.stdout), installed.stdout  # an indented example line

@@ -8,10 +8,8 @@ of the lines.
 """
 
 import itertools
-import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +18,7 @@ from fairseq_sret.data.io import read_lines, write_lines
 from fairseq_sret.data.text import (
     _moses_tokenizer, clean_indices, map_lines, moses_detokenize, moses_tokenize, tokenize_lowercase,
 )
+from conftest import SHARED, shared_path
 
 pytestmark = pytest.mark.slow
 
@@ -51,15 +50,9 @@ def fake_valid_source(shared, lang, n=None):
     return [recase(x, lang) for x in lines]
 
 
-# the shared_dir fixture's folder (tests/conftest.py), for module-scoped fixtures
-SHARED = Path(os.environ.get("SRET_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-
-
 @pytest.fixture(scope="module")
 def iwslt_dir(tmp_path_factory):
-    if not SHARED.is_dir():
-        pytest.skip(f"shared data folder {SHARED} not present")
-    data = SHARED / "data/iwslt14"
+    data = shared_path("data/iwslt14")
     root = tmp_path_factory.mktemp("iwslt")
     orig = root / "de-en"
     orig.mkdir()

@@ -2,26 +2,19 @@
 for speed; the valid and test sets are complete)."""
 
 import gzip
-import os
-from pathlib import Path
 
 import pytest
 
 from fairseq_sret.data import multi30k
 from fairseq_sret.data.io import read_lines, write_lines
+from conftest import shared_path
 
 N_TRAIN = 3000
 
 
-# the shared_dir fixture's folder (tests/conftest.py), for module-scoped fixtures
-SHARED = Path(os.environ.get("SRET_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-
-
 @pytest.fixture(scope="module")
 def m30k_dir(tmp_path_factory):
-    raw = SHARED / "data/multi30k/raw"
-    if not raw.is_dir():
-        pytest.skip(f"shared data folder {raw} not present")
+    raw = shared_path("data/multi30k/raw")
     root = tmp_path_factory.mktemp("m30k")
     src = root / "raw"
     for lang in ("de", "en"):

@@ -2,30 +2,23 @@
 training sample (split into the three WMT'14 corpora, detokenized back to raw text) and
 the real newstest2013 / newstest2014 files."""
 
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 
 from fairseq_sret.data import wmt14
 from fairseq_sret.data.io import read_lines, write_lines
 from fairseq_sret.data.text import moses_detokenize, sgm_segments
+from conftest import shared_path
 
 pytestmark = pytest.mark.slow
 
 N_TRAIN = 3000
 
 
-# the shared_dir fixture's folder (tests/conftest.py), for module-scoped fixtures
-SHARED = Path(os.environ.get("SRET_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-
-
 @pytest.fixture(scope="module")
 def wmt_dir(tmp_path_factory):
-    if not SHARED.is_dir():
-        pytest.skip(f"shared data folder {SHARED} not present")
-    data = SHARED / "data/wmt14"
+    data = shared_path("data/wmt14")
     root = tmp_path_factory.mktemp("wmt")
     orig = root / "wmt14"
     toy = {"en": read_lines(data / "toy_train_opennmt/src-train.txt")[:N_TRAIN],

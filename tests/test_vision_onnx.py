@@ -14,7 +14,8 @@ import inspect
 import pytest
 import torch
 
-from fairseq_sret.vision import check_onnx, create_model, export_onnx
+from benchmarks.bench_onnx import randomised  # noqa: F401  (also imported from here by other tests)
+from fairseq_sret.vision import check_onnx, export_onnx
 
 MISSING = [m for m in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(m) is None]
 pytestmark = [
@@ -24,24 +25,6 @@ pytestmark = [
     pytest.mark.skipif("dynamo" not in inspect.signature(torch.onnx.export).parameters,
                        reason=f"ONNX export needs torch >= 2.5 (dynamo exporter), this is {torch.__version__}"),
 ]
-
-
-def randomised(name: str, **kwargs):
-    torch.manual_seed(0)
-    model = create_model(name, **kwargs)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.normal_(0, 0.2)
-                module.running_var.uniform_(0.5, 2.0)
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.1)
-        for name_, p in model.named_parameters():
-            if name_.endswith(("skip_scale", "branch_scale")):
-                p.uniform_(0.5, 1.5)
-            elif name_.endswith("pos_embed"):
-                p.normal_(0, 0.02)
-    return model
 
 
 @pytest.mark.parametrize("name", ["sret_t", "sret_s"])

@@ -22,10 +22,11 @@ STATIC_KV = "static_kv"
 # groups: (unpadded, padded) per device type. Short sequences make the packed kernels
 # launch- and memory-bound, and a padded batch would need a partition (sort, scatters,
 # gathers) in every forward, while masked full attention over L tokens stays cheap.
-# CPU: measured (single thread, docs/benchmarks.md: one kernel 1.03-1.19x faster for
-# unpadded L <= 32, 1.12-1.31x for padded L <= 128, ties around 48-64 / 256). CUDA: from
-# the H100 attention table (G=8: L=128 packed 0.42x of G=1, L=512 1.21x), to be confirmed
-# by benchmarks/gpu_bench.sh. ``fast_paths(grouped_one_kernel=N)`` sets both (0 = never).
+# The limits are where the one kernel stops being faster (docs/benchmarks.md): on the CPU
+# (one thread) it is 1.03-1.19x faster for unpadded L <= 32 and 1.12-1.31x for padded
+# L <= 128, with ties around 48-64 / 256; on CUDA, the H100 attention table has the packed
+# groups at 0.42x of G=1 for L=128 (G=8) and 1.21x for L=512.
+# ``fast_paths(grouped_one_kernel=N)`` sets both (0 = never).
 ONE_KERNEL_MAX_LENGTH = {"cpu": (32, 128), "cuda": (256, 256)}
 
 

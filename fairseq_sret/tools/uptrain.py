@@ -34,13 +34,13 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor
 
+from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 
 from ..models.sret_transformer import SReTTransformerModel, check_sret_options
 from ..models.sret_transformer.hydra_config import _flag, _options
 from .convert import fairseq_transformer_to_sret
-from .toy import ToyTask
 
 SIDES = ("encoder", "decoder")
 _SRET_LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.recursive\.(layer|nlls)\.(.+)$")
@@ -130,14 +130,21 @@ def sret_args(
     return args
 
 
+def _dictionary_of_size(size: int) -> Dictionary:
+    """A fairseq dictionary of ``size`` entries: the special symbols, then placeholders."""
+    dictionary = Dictionary()
+    while len(dictionary) < size:
+        dictionary.add_symbol(f"<unused{len(dictionary)}>")
+    return dictionary
+
+
 class _Task:
     """The dictionaries' sizes are all build_model needs of a task."""
 
     def __init__(self, source_size: int, target_size: int):
-        self.source_dictionary = ToyTask.of_dictionary_size(source_size).source_dictionary
+        self.source_dictionary = _dictionary_of_size(source_size)
         self.target_dictionary = (
-            self.source_dictionary if target_size == source_size
-            else ToyTask.of_dictionary_size(target_size).target_dictionary
+            self.source_dictionary if target_size == source_size else _dictionary_of_size(target_size)
         )
 
 
