@@ -234,6 +234,25 @@ def test_torch_compile_keeps_the_kernel_as_one_operator():
     assert done.returncode == 0 and "kept" in done.stdout, done.stderr[-3000:]
 
 
+@pytest.mark.skipif(not CUDA, reason="Inductor compiles the kernel on a CUDA device only")
+def test_compiled_kernel_matches_eager_on_cuda(triton_kernels):
+    torch.manual_seed(0)
+    x, y = (torch.randn(4, 7, 64, device="cuda", requires_grad=True) for _ in range(2))
+    s = torch.tensor([0.7], device="cuda", requires_grad=True)
+    norm = nn.LayerNorm(64).cuda()
+
+    def step(x, y):
+        res, out = lrc_add_norm(x, y, s, -1.3, norm)
+        return res.square().sum() + out.sum()
+
+    leaves = (x, y, s, norm.weight, norm.bias)
+    with fast_paths(fused="force"):
+        want = torch.autograd.grad(step(x, y), leaves)  # eager, runs the one-time check
+        got = torch.autograd.grad(torch.compile(step, fullgraph=True)(x, y), leaves)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
 def test_triton_kernel_gradcheck_float64(triton_kernels):
     torch.manual_seed(0)
     x = torch.randn(5, 12, dtype=torch.float64, device=DEVICE, requires_grad=True)
