@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import get_fast_paths, is_compiling
+from .linear import linear
 from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
 
@@ -101,9 +102,9 @@ class SlicedGroupAttention(nn.Module):
         for block in self.qkv.weight.data.chunk(3, dim=0):
             nn.init.xavier_uniform_(block, gain=2 ** -0.5)
         nn.init.xavier_uniform_(self.out_proj.weight)
-        for linear in (self.qkv, self.out_proj):
-            if linear.bias is not None:
-                nn.init.zeros_(linear.bias)
+        for layer in (self.qkv, self.out_proj):
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
     @property
     def groups(self) -> Tuple[int, ...]:
@@ -206,9 +207,9 @@ class SlicedGroupAttention(nn.Module):
 
         batch, length, _ = x.shape
         groups = min(step.groups, length)
-        qkv = self.qkv(x)
+        qkv = linear(x, self.qkv)
         if groups > 1:
-            return self.out_proj(self._forward_grouped(qkv, key_padding_mask, step.partition, groups))
+            return linear(self._forward_grouped(qkv, key_padding_mask, step.partition, groups), self.out_proj)
         # (B, L, 3C) -> 3 x (B, H, L, d): the same views as chunk + per-head views, in fewer
         # operations (forward and backward; the projections dominate only for long inputs)
         q, k, v = qkv.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
@@ -218,7 +219,7 @@ class SlicedGroupAttention(nn.Module):
             if self.causal:
                 mask = mask & torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
         out = self._attend(q, k, v, mask, is_causal=self.causal and mask is None)
-        return self.out_proj(self._merge_heads(out))
+        return linear(self._merge_heads(out), self.out_proj)
 
     def _forward_grouped(
         self, qkv: Tensor, key_padding_mask: Optional[Tensor], mode: str, groups: int
@@ -331,7 +332,7 @@ class SlicedGroupAttention(nn.Module):
                 "incremental decoding with a random partition needs eval() mode (the"
                 " deterministic strided partition); call model.eval() before decoding"
             )
-        q, k, v = (self._split_heads(t) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = (self._split_heads(t) for t in linear(x, self.qkv).chunk(3, dim=-1))
         if "k" in cache:
             k = torch.cat([cache["k"], k], dim=2)
             v = torch.cat([cache["v"], v], dim=2)
@@ -352,7 +353,7 @@ class SlicedGroupAttention(nn.Module):
                 same = group[:, None, total - new:, None] == group[:, None, None, :]
                 mask = mask & same
         out = self._attend(q, k, v, mask, is_causal=False)
-        return self.out_proj(self._merge_heads(out))
+        return linear(self._merge_heads(out), self.out_proj)
 
     @staticmethod
     def _extend_cached_padding(
@@ -396,7 +397,7 @@ class SlicedGroupAttention(nn.Module):
         q = self._project_q(x)
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
         out = self._attend(q, k, v, mask, is_causal=False)
-        return self.out_proj(self._merge_heads(out))
+        return linear(self._merge_heads(out), self.out_proj)
 
 
 def reorder_cache(cache: AttentionCache, new_order: Tensor) -> None:

@@ -12,6 +12,9 @@ The switches (:class:`FastPaths`):
 - ``grouped_one_kernel``: the longest sequence whose sliced attention runs as one masked
   kernel over the whole sequence instead of packed groups; None: the device's default
   (:data:`fairseq_sret.core.attention.ONE_KERNEL_MAX_LENGTH`), 0: never.
+- ``onednn_linear``: at inference on the CPU, linear layers (and the FFN's first layer with
+  its activation) as oneDNN's linear, which adds the bias and applies the activation in the
+  matrix product instead of separate passes over the output (:mod:`.linear`).
 
 Unlike timm's, the switches are read when a layer runs, not when it is built: they pick
 between equal computations (no parameters or buffers depend on them), and benchmarks and
@@ -37,6 +40,7 @@ class FastPaths:
     lrc_one_op: bool = True
     fused: str = FUSED_AUTO
     grouped_one_kernel: Optional[int] = None
+    onednn_linear: bool = True
 
 
 _FAST = FastPaths()

@@ -5,6 +5,7 @@ from typing import Callable, Optional, Tuple, Union
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .linear import FUSABLE_ACTIVATIONS, linear
 from .residual import LearnableResidual
 
 ACTIVATIONS = {
@@ -37,8 +38,15 @@ class FeedForward(nn.Module):
         self.activation_dropout = nn.Dropout(activation_dropout)
 
     def forward(self, x: Tensor, recursion: Optional[object] = None) -> Tensor:
-        """``recursion``: the application's step (same computation in every application)."""
-        return self.fc2(self.activation_dropout(self.act(self.fc1(x))))
+        """``recursion``: the application's step (same computation in every application).
+
+        At inference on the CPU the first layer and its activation are one oneDNN linear
+        (:func:`fairseq_sret.core.linear.linear`)."""
+        if self.activation in FUSABLE_ACTIVATIONS:
+            h = linear(x, self.fc1, self.activation)
+        else:
+            h = self.act(linear(x, self.fc1))
+        return linear(self.activation_dropout(h), self.fc2)
 
 
 class NonLinearProjection(nn.Module):

@@ -1,0 +1,84 @@
+"""fairseq_sret.core.linear: oneDNN's linear (bias and activation in the product) computes
+``act(layer(x))``; it is used only where it may be (no gradient, no autocast, eager, no hooks)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fairseq_sret.core import FeedForward, SlicedGroupAttention, fast_paths
+from fairseq_sret.core.linear import FUSABLE_ACTIVATIONS, linear, onednn_linear_available
+from fairseq_sret.vision import create_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+onednn = pytest.mark.skipif(not onednn_linear_available(), reason="no oneDNN linear in this torch build")
+TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+REFERENCE = {None: lambda y: y, "relu": F.relu, "gelu": F.gelu, "gelu_accurate": lambda y: F.gelu(y, approximate="tanh")}
+
+
+@onednn
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("activation", [None, *FUSABLE_ACTIVATIONS])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_equals_the_layer_and_its_activation(dtype, activation, bias):
+    torch.manual_seed(0)
+    layer = nn.Linear(24, 40, bias=bias).to(dtype)
+    x = torch.randn(3, 7, 24, dtype=dtype)
+    with torch.no_grad():
+        got = linear(x, layer, activation)
+        want = REFERENCE[activation](layer(x).float()).to(dtype)
+        with fast_paths(onednn_linear=False):
+            assert torch.equal(linear(x, layer, activation), REFERENCE[activation](layer(x)))
+    assert got.dtype == dtype and got.shape == (3, 7, 40)
+    torch.testing.assert_close(got, want, **TOLERANCE[dtype])
+
+
+def test_linear_keeps_gradients_autocast_and_hooks():
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 8)
+    x = torch.randn(2, 8, requires_grad=True)
+    out = linear(x, layer, "gelu")
+    out.sum().backward()  # the reference path under autograd
+    assert x.grad is not None and layer.weight.grad is not None
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert linear(x, layer).dtype == torch.bfloat16  # autocast's linear, not oneDNN's fp32 one
+    seen = []
+    layer.register_forward_hook(lambda *_: seen.append(True))
+    with torch.no_grad():
+        linear(x, layer)
+    assert seen == [True]
+    with pytest.raises(ValueError, match="fuses"):
+        linear(x, layer, "silu")
+
+
+@onednn
+@pytest.mark.parametrize("activation", ["gelu", "relu", "silu"])
+def test_feedforward_and_attention_at_inference_equal_the_reference_path(activation):
+    torch.manual_seed(0)
+    ffn = FeedForward(32, 48, activation).eval()
+    attn = SlicedGroupAttention(32, 4, groups=(4,)).eval()
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        fast = ffn(x), attn(x)
+        with fast_paths(onednn_linear=False):
+            reference = ffn(x), attn(x)
+    for a, b in zip(fast, reference):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@onednn
+def test_vision_model_inference_equals_the_reference_path():
+    torch.manual_seed(0)
+    model = create_model("sret_t", img_size=64, num_classes=10).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        fast = model(x)
+        with fast_paths(onednn_linear=False):
+            reference = model(x)
+            # the stem and stages on the NCHW input, as forward_features ran them on every device
+            h = model.pos_drop(model._add_pos_embed(model.stem(x)))
+            for s, stage in enumerate(model.stages):
+                h = stage(model.pools[s - 1](h) if s > 0 else h)
+            nchw = model.forward_head(h)
+    torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(nchw, reference, rtol=1e-4, atol=1e-4)
