@@ -97,6 +97,8 @@ def _damage(path: str) -> Optional[str]:
     if not zipfile.is_zipfile(path):
         if magic == b"PK\x03\x04":
             return "the zip archive has no end record: the file was cut short"
+        if not magic.startswith(b"\x80"):  # every pickle torch ever wrote opens with PROTO
+            return "neither a zip archive nor a pickle: not a torch checkpoint"
         return None  # a legacy (pre-zip) torch pickle: torch.load judges it
     try:
         with zipfile.ZipFile(path) as archive:
@@ -143,6 +145,16 @@ def unsafe_globals_in(path) -> List[str]:
     return [g for g in found if g not in allowed]
 
 
+def _raised_by_unpickler(exc: BaseException) -> bool:
+    """Did ``exc`` come from torch's unpickler (a damaged stream), not from code after the load?"""
+    tb = exc.__traceback__
+    while tb is not None:
+        if os.path.basename(tb.tb_frame.f_code.co_filename) in ("_weights_only_unpickler.py", "pickle.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def clear_load_error(path, exc: BaseException) -> Optional[Exception]:
     """The error to raise instead of a ``torch.load`` failure on ``path``, or None to re-raise it.
 
@@ -157,6 +169,8 @@ def clear_load_error(path, exc: BaseException) -> Optional[Exception]:
         reason = "unexpected end of file"
     elif isinstance(exc, pickle.UnpicklingError):
         reason = f"not a torch checkpoint: {message[:200]}"
+    elif isinstance(exc, (KeyError, IndexError, ValueError)) and _raised_by_unpickler(exc):
+        reason = f"damaged pickle stream ({type(exc).__name__}: {message[:200]})"
     elif isinstance(exc, RuntimeError) and "PytorchStreamReader" in message:
         reason = message.split(". This is an internal miniz error")[0][:200]
     return None if reason is None else CorruptCheckpointError(_corrupt_message(path, reason))
@@ -172,7 +186,7 @@ def load_checkpoint(path) -> dict:
     try:
         with allowed_checkpoint_globals():
             return torch.load(str(path), map_location="cpu", weights_only=True)
-    except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:
+    except (EOFError, pickle.UnpicklingError, RuntimeError, KeyError, IndexError, ValueError) as exc:
         clear = clear_load_error(path, exc)
         if clear is None:
             raise

@@ -16,6 +16,8 @@ import random
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
 
+from .cli import user_errors
+
 SPLITS = (("train", 3000), ("valid", 80), ("test", 60))
 
 Pair = Tuple[List[int], List[int]]
@@ -71,6 +73,7 @@ def reversal_batch(pairs: Sequence[Pair], first_word: int, pad: int, eos: int):
     return source, lengths, prev, target
 
 
+@user_errors("sret-toy-data")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="sret-toy-data", formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -13,9 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import HelpFormatter
+from . import HelpFormatter, user_errors
 
 
+@user_errors("sret-average-checkpoints")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sret-average-checkpoints", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--inputs", nargs="+", required=True,

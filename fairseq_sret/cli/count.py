@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from . import HelpFormatter
+from . import HelpFormatter, user_errors
 
 #: (ours, baseline, vocabulary, embedding sharing, baseline overrides)
 NMT_PAIRS = [
@@ -123,6 +123,7 @@ def count_nmt() -> list:
     return rows
 
 
+@user_errors("sret-count")
 def main(argv=None) -> int:
     parser = get_parser()
     args = parser.parse_args(argv)

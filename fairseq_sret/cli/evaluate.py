@@ -16,9 +16,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import HelpFormatter
+from . import HelpFormatter, user_errors
 
 
+@user_errors("sret-evaluate")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sret-evaluate", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="data-bin written by a prepare script")

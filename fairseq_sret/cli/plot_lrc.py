@@ -13,9 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import HelpFormatter
+from . import HelpFormatter, user_errors
 
 
+@user_errors("sret-plot-lrc")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sret-plot-lrc", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("inputs", nargs="+", help="a run folder (its checkpoint*.pt are read) or checkpoint files")

@@ -41,10 +41,11 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from ..core.mixed_depth import check_mixed_depth, mixed_depth_loss, parse_mixed_depth
+from ..nmt_checkpoints import load_checkpoint as load_checkpoint_file, save_checkpoint
 from ..vision import create_model, load_checkpoint, soft_distillation_loss
 from ..vision.data import EvalTransform, ImageFolder, TrainTransform
 from ..vision.training import cosine_lr, param_groups, topk_correct
-from . import HelpFormatter
+from . import HelpFormatter, UserError, user_errors
 
 
 def get_parser():
@@ -166,9 +167,9 @@ def run(argv=None) -> dict:
     has_train, has_val = os.path.isdir(train_dir), os.path.isdir(val_dir)
     training = not (args.eval_only or args.dump_logits)
     if training and not has_train:
-        raise SystemExit(f"no training split {train_dir}")
+        raise UserError(f"no training split {train_dir}")
     if args.teacher_logits and args.teacher:
-        raise SystemExit("give --teacher-logits or --teacher, not both")
+        raise UserError("give --teacher-logits or --teacher, not both")
 
     classes = ImageFolder(train_dir if has_train else val_dir).classes
     model_kwargs = {"num_classes": len(classes)}
@@ -197,7 +198,7 @@ def run(argv=None) -> dict:
     eval_tf = EvalTransform(img_size)
     val_set = ImageFolder(val_dir, eval_tf) if has_val else None
     if val_set is not None and val_set.classes != classes:
-        raise SystemExit(f"val/ classes {val_set.classes} differ from train/ classes {classes}")
+        raise UserError(f"val/ classes {val_set.classes} differ from train/ classes {classes}")
     val_loader = build_loader(val_set, args.batch_size, False, args.workers, device) if val_set else None
 
     if args.dump_logits:
@@ -206,7 +207,7 @@ def run(argv=None) -> dict:
         return {"dumped_logits": args.dump_logits}
     if args.eval_only:
         if val_loader is None:
-            raise SystemExit(f"no validation split {val_dir}")
+            raise UserError(f"no validation split {val_dir}")
         stats = evaluate(net, val_loader, device, amp)
         print(json.dumps({"eval": stats}))
         return stats
@@ -231,7 +232,7 @@ def run(argv=None) -> dict:
     warmup_steps = int(round(args.warmup_epochs * steps_per_epoch))
     start_epoch, best = 0, -1.0
     if args.resume:
-        state = torch.load(args.resume, map_location="cpu", weights_only=False)
+        state = load_checkpoint_file(args.resume)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
@@ -297,22 +298,26 @@ def run(argv=None) -> dict:
                 stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
         print(json.dumps(stats), flush=True)
         if args.output:
-            with open(os.path.join(args.output, "log.jsonl"), "a") as f:
-                f.write(json.dumps(stats) + "\n")
+            # each file replaced atomically, best before last and the log after both: a run
+            # killed at any moment resumes from a whole checkpoint_last.pt whose best_acc1 is
+            # that of checkpoint_best.pt, and logs each epoch once
             acc = stats.get("val_acc1", -1.0)
+            if acc >= best:
+                save_checkpoint({"model": model.state_dict(), "model_name": args.model, "model_kwargs": model_kwargs,
+                                 "epoch": epoch, "best_acc1": acc}, os.path.join(args.output, "checkpoint_best.pt"))
             best = max(best, acc)
             state = {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                 "epoch": epoch, "best_acc1": best, "model_name": args.model, "model_kwargs": model_kwargs,
                 "args": vars(args),
             }
-            torch.save(state, os.path.join(args.output, "checkpoint_last.pt"))
-            if acc >= best:
-                torch.save({"model": model.state_dict(), "model_name": args.model, "model_kwargs": model_kwargs,
-                            "epoch": epoch, "best_acc1": best}, os.path.join(args.output, "checkpoint_best.pt"))
+            save_checkpoint(state, os.path.join(args.output, "checkpoint_last.pt"))
+            with open(os.path.join(args.output, "log.jsonl"), "a") as f:
+                f.write(json.dumps(stats) + "\n")
     return stats
 
 
+@user_errors("sret-train-vision")
 def main(argv=None) -> int:
     run(argv)
     return 0

@@ -8,14 +8,19 @@ starts from the average of the original layers it replaces (original layer j of 
 unique layer j*U//L: layers 0,1 -> 0, 2,3 -> 1, 4,5 -> 2), every NLL starts as the identity
 (its output layer is zero), every LRC coefficient at 1; embeddings and the output layer
 are copied. The command prints the fairseq-train options of the converted model.
+
+The input is never written; an existing output is replaced only with --force.
 """
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
-from . import HelpFormatter
+from . import HelpFormatter, UserError, user_errors
 
 
+@user_errors("sret-uptrain")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sret-uptrain", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("input", help="fairseq checkpoint of a transformer model (any transformer_* architecture)")
@@ -30,7 +35,13 @@ def main(argv=None) -> int:
                    help="hidden ratio of the NLLs, which start as the identity (default: 1.0; 0 = no NLL)")
     p.add_argument("--no-lrc", action="store_true", help="plain residuals instead of LRC (coefficients 1)")
     p.add_argument("--seed", type=int, default=1, help="seed of the NLLs' other weights (default: 1)")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists (never the input)")
     args = p.parse_args(argv)
+    for name in ("recursions", "encoder_recursions", "decoder_recursions", "encoder_layers", "decoder_layers"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    check_output_path(args.input, args.output, args.force)
 
     from ..tools.uptrain import uptrain_checkpoint
     from ..nmt_checkpoints import load_checkpoint, save_checkpoint
@@ -46,7 +57,7 @@ def main(argv=None) -> int:
             nll_ratio=args.nll_ratio, lrc=not args.no_lrc,
         )
     except (KeyError, ValueError) as exc:
-        p.error(f"{args.input}: {exc.args[0] if isinstance(exc, KeyError) else exc}")
+        raise UserError(f"{args.input}: {exc.args[0] if isinstance(exc, KeyError) else exc}") from None
     out = save_checkpoint(converted, args.output)
     print(f"{args.input}: {report['source_arch']}, {report['source_params']:,} parameters", file=sys.stderr)
     for side, groups in report["groups"].items():
@@ -61,6 +72,19 @@ def main(argv=None) -> int:
           + f" --finetune-from-model {out} ...", file=sys.stderr)
     print(" ".join(report["finetune_options"]))
     return 0
+
+
+def check_output_path(source, output, force: bool) -> None:
+    """Refuse to write the input, a folder, or (without ``force``) any existing file."""
+    source, output = Path(source), Path(output)
+    if not source.is_file():
+        raise UserError(f"{source}: no such checkpoint file")
+    if output.is_dir():
+        raise UserError(f"{output} is a folder; give the path of the checkpoint file to write")
+    if output.exists() and os.path.samefile(source, output):
+        raise UserError(f"the output {output} is the input checkpoint; write the converted model to another file")
+    if output.exists() and not force:
+        raise UserError(f"{output} exists; pass --force to replace it")
 
 
 if __name__ == "__main__":

@@ -186,6 +186,11 @@ def uptrain_state_dict(
                 if missing:
                     raise KeyError(f"the checkpoint has no {missing[0]!r} (converted name)")
                 used.update(names)
+                for j, n in zip(groups[side][int(index)], names):
+                    if per_layer[n].shape != init.shape:
+                        raise ValueError(
+                            f"{side} layer {j}, {rest}: the checkpoint's shape {tuple(per_layer[n].shape)} != "
+                            f"{tuple(init.shape)}, which its configuration gives (a damaged or edited checkpoint)")
                 stacked = torch.stack([per_layer[n].float() for n in names])
                 value = stacked.mean(0).to(per_layer[names[0]].dtype)
         if value.shape != init.shape:
