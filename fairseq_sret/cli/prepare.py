@@ -16,11 +16,13 @@ wmt14     WMT'14 En-De: Europarl v7 + Common Crawl + News Commentary v9, newstes
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from . import HelpFormatter
+from . import HelpFormatter, user_errors
 
 #: name -> (default output, vocabulary, source language, target language, --src help)
 DATASETS = {
@@ -72,6 +74,22 @@ def _already_prepared(out: Path, args) -> bool:
     return same
 
 
+def replace_folder(new: Path, out: Path, keep: Path) -> None:
+    """Put the finished data-bin ``new`` at ``out``; ``keep`` (the downloads), if inside the
+    old ``out``, moves along."""
+    if out.exists():
+        if keep.is_dir() and keep.parent.resolve() == out.resolve():
+            os.replace(keep, new / keep.name)
+        old = out.parent / f".{out.name}.replaced"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(new, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, out)
+
+
+@user_errors("sret-prepare")
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     from ..data import iwslt14, multi30k, wmt14
@@ -84,13 +102,25 @@ def main(argv=None) -> int:
         print(f"[prepare] {out} is already prepared (use --force to rebuild)", file=sys.stderr)
         print(out)
         return 0
-    start = time.time()
-    try:
-        prepare(out, src=args.src, src_lang=args.source_lang, tgt_lang=args.target_lang,
-                vocab_size=args.vocab_size, workers=args.workers, work_dir=args.work_dir, **extra)
-    except (DownloadError, FileNotFoundError, ValueError) as exc:
-        print(f"[prepare] error: {exc}", file=sys.stderr)
+    if out.exists() and not out.is_dir():
+        print(f"sret-prepare: error: {out} is a file, not a folder", file=sys.stderr)
         return 1
+    start = time.time()
+    # built beside OUT and moved into place when complete: a failure leaves OUT as it was
+    staging = out.parent / f".{out.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    work_dir = Path(args.work_dir) if args.work_dir else out / "orig"  # downloads stay for a retry
+    try:
+        prepare(staging, src=args.src, src_lang=args.source_lang, tgt_lang=args.target_lang,
+                vocab_size=args.vocab_size, workers=args.workers, work_dir=work_dir, **extra)
+    except (DownloadError, OSError, ValueError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        print(f"sret-prepare: error: {exc}", file=sys.stderr)
+        return 1
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    replace_folder(staging, out, keep=work_dir)
     print(f"[prepare] finished in {time.time() - start:.0f}s", file=sys.stderr)
     print(out)
     return 0

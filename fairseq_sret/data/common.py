@@ -135,7 +135,7 @@ def read_metadata(data_dir) -> dict:
     path = Path(data_dir) / METADATA
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path} not found: the data-bin was not made by one of our prepare_*.py scripts"
+            f"{path} not found: the data-bin was not made by sret-prepare"
         )
     return json.loads(path.read_text(encoding="utf-8"))
 

@@ -5,6 +5,7 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 from typing import Sequence
 
@@ -65,11 +66,14 @@ def extract(archive, dest) -> Path:
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     log(f"extracting {archive.name}")
-    with tarfile.open(archive) as tar:
-        try:
-            tar.extractall(dest, filter="data")
-        except TypeError:  # Python without extraction filters
-            tar.extractall(dest)
+    try:
+        with tarfile.open(archive) as tar:
+            try:
+                tar.extractall(dest, filter="data")
+            except TypeError:  # Python without extraction filters
+                tar.extractall(dest)
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise ValueError(f"{archive}: damaged or truncated archive ({exc})") from None
     marker.touch()
     return dest
 

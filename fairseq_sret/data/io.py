@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import zlib
 import sys
 import time
 from pathlib import Path
@@ -26,9 +27,32 @@ def open_text(path, mode: str = "r"):
 
 
 def read_lines(path) -> List[str]:
-    """All lines of a text file without their trailing newline."""
-    with open_text(path) as f:
-        return [line[:-1] if line.endswith("\n") else line for line in f]
+    """All lines of a text file without their trailing newline.
+
+    Raises ``ValueError`` naming the file for text that is not UTF-8 and for a damaged or
+    truncated ``.gz``.
+    """
+    lines: List[str] = []
+    try:
+        with open_text(path) as f:
+            for line in f:
+                lines.append(line[:-1] if line.endswith("\n") else line)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (line {_first_undecodable_line(path)}: {exc.reason})") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: damaged or truncated gzip file ({exc})") from None
+    return lines
+
+
+def _first_undecodable_line(path) -> int:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return 0
 
 
 def write_lines(path, lines: Iterable[str]) -> int:

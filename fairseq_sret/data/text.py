@@ -223,4 +223,7 @@ def compound_split(line: str) -> str:
 def check_parallel(src: Sequence[str], tgt: Sequence[str], what: str) -> None:
     if len(src) != len(tgt):
         raise ValueError(f"{what}: source has {len(src)} lines, target {len(tgt)}")
+    if not any(line.strip() for line in src) or not any(line.strip() for line in tgt):
+        raise ValueError(f"{what}: no text (the {'source' if not any(l.strip() for l in src) else 'target'}"
+                         " file is empty or blank)")
     log(f"{what}: {len(src):,} pairs")
