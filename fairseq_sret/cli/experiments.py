@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import HelpFormatter
+from . import HelpFormatter, user_errors
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -42,13 +42,14 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+@user_errors("sret-experiments")
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     import json
     import time
 
     from ..experiments import ExperimentError, load_experiment, run_experiment, train_command, write_results
-    from ..experiments.runner import collect_records, run_paths
+    from ..experiments.runner import check_data, collect_records, run_paths
 
     started = time.time()
 
@@ -61,11 +62,12 @@ def main(argv=None) -> int:
     if not data:
         print("sret-experiments: error: no data-bin: pass --data or set 'data' in the file", file=sys.stderr)
         return 2
-    if not args.dry_run and not args.report_only and not (Path(data) / "dict.txt").is_file() and \
-            not any(Path(data).glob("dict.*.txt")):
-        print(f"sret-experiments: error: {data} is not a fairseq data-bin (no dictionary); prepare it with"
-              " sret-prepare", file=sys.stderr)
-        return 2
+    if not args.report_only:
+        try:
+            check_data(experiment, data)
+        except ExperimentError as exc:
+            print(f"sret-experiments: error: {exc}", file=sys.stderr)
+            return 2
     output = Path(args.output or Path("runs/experiments") / experiment.name)
     command = "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.dry_run:
@@ -78,7 +80,12 @@ def main(argv=None) -> int:
     results_file = Path(args.results) / f"{experiment.name}.json"
     known, earlier = {}, []
     if results_file.is_file():
-        stored = json.loads(results_file.read_text(encoding="utf-8"))
+        try:
+            stored = json.loads(results_file.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            print(f"sret-experiments: error: {results_file} is not valid JSON ({exc}); it records the finished"
+                  " runs: restore it (git) or move it away", file=sys.stderr)
+            return 2
         earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
         known = {f"{r['row']}/seed{r['seed']}": r for r in stored.get("runs", []) if r.get("status") == "done"}
 

@@ -11,18 +11,69 @@ multi30k    sacreBLEU (cased, 13a) and tokenized lowercased BLEU
 ==========  ===========================================================================
 
 Every data set with raw references also gets chrF2 (lowercased where the system output is).
+
+A data-bin made directly with ``fairseq-preprocess`` (no ``sret_data.json``) is scored
+against its own binarised targets, as fairseq-generate prints them (``T-`` lines), with
+sacreBLEU and chrF2 on the text as binarised (no subword or detokenization step).
 """
 
 import json
+import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from ..data.common import read_metadata
+from ..data.common import METADATA, read_metadata
 from ..data.io import read_lines, write_lines
 from ..data.subword import SentencePieceCodec
 from ..data.text import moses_detokenize
 from . import bleu
 from .generate import generation_speed, read_hypotheses, run_generate
+
+
+_BINARISED = re.compile(r"^(?P<subset>[^.]+)\.(?P<src>[^.-]+)-(?P<tgt>[^.-]+)\.(?P=src)\.idx$")
+
+
+def data_bin_metadata(data_dir) -> dict:
+    """What scoring needs to know of a data-bin: its ``sret_data.json``, or for a data-bin made
+    with ``fairseq-preprocess`` alone, the languages and subsets its file names give (``recipe``
+    ``fairseq-preprocess``; ``references`` ``binarised``: the targets as stored).
+
+    Raises ``FileNotFoundError`` for a folder that is missing or holds no fairseq data-bin.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"data-bin {data_dir} does not exist")
+    if (data_dir / METADATA).is_file():
+        return read_metadata(data_dir)
+    found = [m for m in map(_BINARISED.match, sorted(p.name for p in data_dir.iterdir())) if m]
+    directions = sorted({(m["src"], m["tgt"]) for m in found})
+    if not directions or not any((data_dir / f"dict.{lang}.txt").is_file() for lang in directions[0]):
+        raise FileNotFoundError(f"{data_dir} is not a fairseq data-bin: no dict.LANG.txt with"
+                                " SUBSET.SRC-TGT.SRC.idx/.bin files (make it with fairseq-preprocess or sret-prepare)")
+    if len(directions) > 1:
+        raise ValueError(f"{data_dir} holds several language pairs {['-'.join(d) for d in directions]}; "
+                         "give it a data-bin of one pair")
+    src, tgt = directions[0]
+    subsets = [m["subset"] for m in found if (data_dir / f"{m['subset']}.{src}-{tgt}.{tgt}.idx").is_file()]
+    return {"recipe": "fairseq-preprocess", "source_lang": src, "target_lang": tgt, "references": "binarised",
+            "scores": ["sacrebleu"], "subsets": {name: {"name": name} for name in subsets}}
+
+
+def read_targets(generate_output) -> Dict[int, str]:
+    """The ``T-`` lines (references as binarised) of a fairseq-generate output, by sentence id."""
+    targets = {}
+    for line in Path(generate_output).read_text(encoding="utf-8").split("\n"):
+        if line.startswith("T-"):
+            fields = line.split("\t", 1)
+            targets[int(fields[0][2:])] = fields[1] if len(fields) > 1 else ""
+    return targets
+
+
+def score_binarised(hyps: Dict[int, str], refs: Dict[int, str]) -> List[bleu.BleuResult]:
+    """sacreBLEU and chrF2 of the hypotheses against the data-bin's own targets."""
+    ids = sorted(refs)
+    h, r = [hyps.get(i, "") for i in ids], [refs[i] for i in ids]
+    return [bleu.sacrebleu_detok(h, r, name="sacreBLEU (binarised text)"), bleu.chrf(h, r, name="chrF2 (binarised text)")]
 
 
 def score(meta: dict, data_dir, subset: str, hyps: List[str]) -> List[bleu.BleuResult]:
@@ -84,9 +135,9 @@ def evaluate(
     """Translate ``subset`` with ``checkpoint`` (or read an existing fairseq-generate output)
     and score it. Writes ``SUBSET.hyp`` and ``SUBSET.results.json`` to ``output_dir``."""
     data_dir = Path(data_dir)
-    meta = read_metadata(data_dir)
+    meta = data_bin_metadata(data_dir)
     if subset not in meta["subsets"]:
-        raise ValueError(f"no references for subset {subset!r}; known: {sorted(meta['subsets'])}")
+        raise ValueError(f"no references for subset {subset!r} in {data_dir}; known: {sorted(meta['subsets'])}")
     if output_dir is None:
         output_dir = (Path(checkpoint).parent if checkpoint else Path(generate_output).parent) / "eval"
     output_dir = Path(output_dir)
@@ -98,11 +149,16 @@ def evaluate(
                                        max_tokens=max_tokens, batch_size=batch_size, cpu=cpu,
                                        extra_args=extra_args, verbose=verbose)
         speed = generation_speed(summary)
-    num = len(read_lines(data_dir / "text" / f"{subset}.sp.{meta['target_lang']}"))
-    pieces = read_hypotheses(generate_output, num)
-    hyps = [SentencePieceCodec.decode(p) for p in pieces]
+    if meta.get("references") == "binarised":
+        refs = read_targets(generate_output)
+        hyps = read_hypotheses(generate_output, max(refs, default=-1) + 1)
+        num = len(refs)
+        results = score_binarised(dict(enumerate(hyps)), refs)
+    else:
+        num = len(read_lines(data_dir / "text" / f"{subset}.sp.{meta['target_lang']}"))
+        hyps = [SentencePieceCodec.decode(p) for p in read_hypotheses(generate_output, num)]
+        results = score(meta, data_dir, subset, hyps)
     write_lines(output_dir / f"{subset}.hyp", hyps)
-    results = score(meta, data_dir, subset, hyps)
     report = {
         "data": str(data_dir),
         "recipe": meta["recipe"],

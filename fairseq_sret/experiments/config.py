@@ -138,6 +138,18 @@ def _int(value, where: str, minimum: int = 0) -> int:
     return value
 
 
+def _float(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ExperimentError(f"{where} must be a number, got {value!r}")
+    return float(value)
+
+
+def _names(value, where: str) -> List[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, (str, int)) and str(v) for v in value):
+        raise ExperimentError(f"{where} must be a non-empty list of names, got {value!r}")
+    return [str(v) for v in value]
+
+
 def _seeds(value, where: str) -> List[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
@@ -175,6 +187,8 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
         max_update=_int(train.get("max_update", 0), f"{where}: train.max_update"),
         patience=_int(train.get("patience", 0), f"{where}: train.patience"),
     )
+    if raw.get("data") is not None and not isinstance(raw["data"], str):
+        raise ExperimentError(f"{where}: data must be the path of a data-bin, got {raw['data']!r}")
     if not (schedule.max_epoch or schedule.max_update):
         raise ExperimentError(f"{where}: train needs a cap: max_epoch and/or max_update")
 
@@ -186,7 +200,7 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     for key in variants:
         if key and not _ID.match(str(key)):
             raise ExperimentError(f"{where}: eval.variants: name {key!r} must be letters, digits, '_', '.', '-'")
-    checkpoints = list(ev.get("checkpoints", ["best"]))
+    checkpoints = _names(ev.get("checkpoints", ["best"]), f"{where}: eval.checkpoints")
     for kind in checkpoints:
         if kind not in CHECKPOINT_KINDS and not AVERAGE.fullmatch(str(kind)):
             raise ExperimentError(
@@ -195,19 +209,23 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
             )
     evaluation = Evaluation(
         beam=_int(ev.get("beam", 5), f"{where}: eval.beam", 1),
-        lenpen=float(ev.get("lenpen", 1.0)),
-        subsets=[str(s) for s in ev.get("subsets", ["test"])],
+        lenpen=_float(ev.get("lenpen", 1.0), f"{where}: eval.lenpen"),
+        subsets=_names(ev.get("subsets", ["test"]), f"{where}: eval.subsets"),
         checkpoints=checkpoints,
         max_tokens=_int(ev.get("max_tokens", 8000), f"{where}: eval.max_tokens", 1),
         variants={str(k or ""): _args(v, f"{where}: eval.variants.{k}") for k, v in variants.items()},
     )
 
+    if not isinstance(raw.get("rows") or [], list):
+        raise ExperimentError(f"{where}: rows must be a list of rows, got {raw['rows']!r}")
     rows = []
     for i, item in enumerate(raw.get("rows") or []):
         at = f"{where}: rows[{i}]"
         _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update", "variants"], at)
         row_variants = item.get("variants")
         if row_variants is not None:
+            if not isinstance(row_variants, list):
+                raise ExperimentError(f"{at}.variants must be a list of eval.variants names, got {row_variants!r}")
             row_variants = [str(v or "") for v in row_variants]
             unknown = sorted(set(row_variants) - set(evaluation.variants))
             if unknown:
@@ -234,15 +252,39 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     )
 
 
+def _unique_key_loader():
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """YAML's safe loader, except that a key given twice in one mapping is an error
+        (plain YAML keeps the last one silently: a row or setting would vanish)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
+
+
 def load_experiment(path: Union[str, Path]) -> Experiment:
     """Read and validate an experiment file."""
     import yaml
 
     path = Path(path)
+    if not path.is_file():
+        raise ExperimentError(f"{path}: no such experiment file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())
+    except UnicodeDecodeError as exc:
+        raise ExperimentError(f"{path}: not UTF-8 text: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
+        raise ExperimentError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(raw, dict):
         raise ExperimentError(f"{path}: expected a mapping at the top level")
     return parse_experiment(raw, path)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .config import Experiment, describe
-from .runner import evaluation_key
+from .runner import evaluation_key, write_text_atomically
 
 
 def evaluation_keys(experiment: Experiment) -> List[str]:
@@ -144,10 +144,10 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
     out = {"json": results_dir / f"{experiment.name}.json", "md": results_dir / f"{experiment.name}.md"}
     payload = {"experiment": describe(experiment), "command": command, "environment": env,
                "rows": rows, "runs": records, "earlier_runs": list(earlier)}
-    out["json"].write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text_atomically(out["json"], json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     plots = plot(experiment, rows, records, results_dir)
     out.update(plots)
-    out["md"].write_text(markdown(experiment, rows, records, command, env, plots), encoding="utf-8")
+    write_text_atomically(out["md"], markdown(experiment, rows, records, command, env, plots))
     return out
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, Row, Run
+from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
 
 USER_DIR = Path(__file__).resolve().parents[1]
 _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
@@ -86,11 +86,21 @@ def read_record(paths: RunPaths) -> dict:
     return {}
 
 
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` so that a reader, or a process killed at any moment, sees
+    the old file or the new one, never a part (a synced temporary file, then a rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
 def write_record(paths: RunPaths, record: dict) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
-    tmp = paths.record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, paths.record)
+    write_text_atomically(paths.record, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
 # ---------------------------------------------------------------- fairseq's log
@@ -164,6 +174,29 @@ def training_summary(parsed: dict) -> dict:
 
 
 # ---------------------------------------------------------------- commands
+def check_data(experiment: Experiment, data) -> None:
+    """Fail before any training if ``data`` cannot serve the experiment: not a data-bin, no
+    training or validation split, or a subset the evaluation scores that it lacks.
+
+    Raises ``ExperimentError`` naming the folder and what is missing.
+    """
+    from ..evaluation.evaluate import data_bin_metadata
+
+    try:
+        meta = data_bin_metadata(data)
+    except (OSError, ValueError) as exc:
+        raise ExperimentError(f"--data: {exc}") from None
+    pair = f"{meta['source_lang']}-{meta['target_lang']}"
+    missing = [split for split in ("train", "valid")
+               if not (Path(data) / f"{split}.{pair}.{meta['source_lang']}.idx").is_file()]
+    if missing:
+        raise ExperimentError(f"--data: {data} has no {' or '.join(missing)} split ({pair})")
+    unknown = [s for s in experiment.evaluation.subsets if s not in meta["subsets"]]
+    if unknown:
+        raise ExperimentError(f"{experiment.path}: eval.subsets {unknown} are not in the data-bin {data}"
+                              f" (it has {sorted(meta['subsets'])})")
+
+
 def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, cpu: bool = False,
                   max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> List[str]:
     """The fairseq-train command of ``run`` (the schedule's flags, then the row's)."""
@@ -240,6 +273,10 @@ def model_facts(checkpoint) -> dict:
     return {"params": params, "applications": f"{encoder}+{decoder}", "arch": get("arch")}
 
 
+class NothingToAverage(RuntimeError):
+    """A ``lastN`` evaluation of a run that saved no checkpoint of that kind (a short run)."""
+
+
 def _checkpoint_for(kind: str, paths: RunPaths) -> Path:
     from ..nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
@@ -252,7 +289,8 @@ def _checkpoint_for(kind: str, paths: RunPaths) -> Path:
         pattern = "checkpoint_*_*.pt" if by == "update" else "checkpoint[0-9]*.pt"
         available = len(list(paths.checkpoints.glob(pattern)))
         if available == 0:
-            raise RuntimeError(f"{paths.checkpoints}: no {by} checkpoints to average for '{kind}'")
+            hint = "--save-interval-updates" if by == "update" else "a longer run (one per epoch)"
+            raise NothingToAverage(f"no {by} checkpoints in {paths.checkpoints} to average for '{kind}' ({hint})")
         if available < n:
             log(f"{paths.root}: only {available} {by} checkpoints for '{kind}'; averaging those")
         save_checkpoint(average_checkpoints(last_n_checkpoints(paths.checkpoints, min(n, available), by=by)), target)
@@ -265,15 +303,24 @@ def evaluation_key(kind: str, variant: str) -> str:
 
 
 def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool = False,
-                 row: Optional[Row] = None) -> dict:
+                 row: Optional[Row] = None, skipped: Optional[Dict[str, str]] = None) -> dict:
     """Scores and generation speed of every checkpoint kind (and variant) on every subset:
-    ``{key: {subset: result}}`` with keys from :func:`evaluation_key`."""
+    ``{key: {subset: result}}`` with keys from :func:`evaluation_key`.
+
+    A ``lastN`` kind with no checkpoint to average is left out, its reason put in ``skipped``.
+    """
     from ..evaluation.evaluate import evaluate
 
     ev = experiment.evaluation
     results: Dict[str, Dict[str, dict]] = {}
     for kind in ev.checkpoints:
-        checkpoint = _checkpoint_for(kind, paths)
+        try:
+            checkpoint = _checkpoint_for(kind, paths)
+        except NothingToAverage as exc:
+            log(f"{paths.root}: '{kind}' not evaluated: {exc}")
+            if skipped is not None:
+                skipped[kind] = str(exc)
+            continue
         for variant, flags in ev.variants.items():
             if row is not None and row.variants is not None and variant not in row.variants:
                 continue
@@ -390,15 +437,27 @@ def run_experiment(
             record["train"] = training_summary(parse_training_log(text))
             log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
                 f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
-            record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
-            record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row)
+            skipped: Dict[str, str] = {}
+            try:
+                record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
+                record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row, skipped=skipped)
+            except Exception as exc:  # one run's evaluation must not stop the others
+                log(f"{run.name}: evaluation FAILED: {type(exc).__name__}: {exc}")
+                record.update(status="failed", error=f"evaluation: {type(exc).__name__}: {exc}")
+                write_record(paths, record)
+                failures.append(run.name)
+                continue
+            record.pop("error", None)
+            if skipped:
+                record["eval_skipped"] = skipped
             record["status"] = "done"
             write_record(paths, record)
             if on_run_done is not None:
                 on_run_done(run, record)
         running = still
     if failures:
-        raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (their train.log says why)")
+        raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (the log above and their"
+                           " run.json and train.log say why)")
     return collect_records(experiment, output, known, max_update, max_epoch)
 
 
