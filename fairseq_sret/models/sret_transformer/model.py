@@ -18,7 +18,8 @@ from fairseq.models.transformer import (
 from omegaconf import OmegaConf
 
 from ...core.depth import DepthControl
-from .config import SReTOptions, check_sret_options, record_trained_recursions, sret_base_architecture
+from .config import (SReTOptions, check_sret_options, record_trained_recursions, sret_base_architecture,
+                     warn_untrained_depth)
 from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
 
@@ -65,6 +66,7 @@ class SReTTransformerModel(DepthControl, TransformerModel):
         sret_base_architecture(args)
         record_trained_recursions(args)
         check_sret_options(args)
+        warn_untrained_depth(args)
         return super().build_model(args, task)
 
     @classmethod

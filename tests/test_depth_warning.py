@@ -1,0 +1,36 @@
+"""A depth override below the trained depth warns at load time unless the model was trained
+for that depth (a ``--mixed-depth`` term); the depth stays usable either way."""
+
+import argparse
+import logging
+
+import pytest
+
+from fairseq_sret.models.sret_transformer.config import warn_untrained_depth
+
+
+def checkpoint_args(encoder=1, decoder=1, mixed_depth=None, criterion="label_smoothed_cross_entropy"):
+    args = argparse.Namespace(encoder_recursions=encoder, decoder_recursions=decoder, encoder_trained_recursions=2,
+                              decoder_trained_recursions=2, criterion=criterion)
+    if mixed_depth is not None:
+        args.mixed_depth = mixed_depth
+    return args
+
+
+@pytest.mark.parametrize("args,warns", [
+    (checkpoint_args(), True),  # trained at full depth only
+    (checkpoint_args(criterion="sret_mixed_depth_label_smoothed_cross_entropy", mixed_depth="1:0.5"), False),
+    (checkpoint_args(criterion="sret_mixed_depth_label_smoothed_cross_entropy", mixed_depth="1/2:0.5"), True),
+    (checkpoint_args(encoder=1, decoder=2, mixed_depth="1/2:0.5"), False),
+    (checkpoint_args(encoder=2, decoder=2), False),  # the trained depth
+    (checkpoint_args(criterion=None), False),  # a hydra config: the criterion is not recorded with the model
+])
+def test_untrained_depth_warns_at_load(args, warns, caplog):
+    with caplog.at_level(logging.WARNING):
+        warn_untrained_depth(args)
+    warned = [r.getMessage() for r in caplog.records if "trained only at its full depth" in r.getMessage()]
+    assert bool(warned) == warns
+    if warns:
+        depths = f"{args.encoder_recursions}" + ("" if args.encoder_recursions == args.decoder_recursions
+                                                  else f"/{args.decoder_recursions}")
+        assert f"--mixed-depth {depths}:0.5" in warned[0]
