@@ -41,7 +41,7 @@ def onednn_linear_available() -> bool:
     if op is None or not torch.backends.mkldnn.is_available():
         return False
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
             g = torch.Generator().manual_seed(0)
             x, w, b = torch.randn(2, 3, 8, generator=g), torch.randn(5, 8, generator=g), torch.randn(5, generator=g)
             got = torch.ops.mkldnn._linear_pointwise(x, w, b, "gelu", [], "none")
