@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shlex
 
 import pytest
 import torch
@@ -154,6 +155,33 @@ def test_train_evaluate_resume_and_distill(image_folder, tmp_path, capsys):
     plain = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3))
     distilled = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3, teacher_logits=teacher))
     assert math.isfinite(distilled["train_loss"]) and distilled["train_loss"] != plain["train_loss"]
+
+
+class RunsACommand:
+    """Unpickling this runs a shell command: what a hostile checkpoint file can do."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def test_resume_refuses_a_checkpoint_that_would_run_code(image_folder, tmp_path):
+    from fairseq_sret.nmt_checkpoints import UnsafeCheckpointError
+
+    script = load_script()
+    out = tmp_path / "run"
+    script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, output=out))
+    state = torch.load(out / "checkpoint_last.pt", weights_only=True)
+    marker = tmp_path / "ran"
+    state["payload"] = RunsACommand(f"touch {shlex.quote(str(marker))}")
+    torch.save(state, tmp_path / "hostile.pt")
+    with pytest.raises(UnsafeCheckpointError, match="system"):
+        script.run(common(image_folder, epochs=2, output=out, resume=tmp_path / "hostile.pt"))
+    assert not marker.exists()
+    torch.load(tmp_path / "hostile.pt", weights_only=False)  # the payload is real: unrestricted loading runs it
+    assert marker.exists()
 
 
 def test_teacher_logits_are_aligned_by_path(image_folder, tmp_path):

@@ -31,20 +31,17 @@ which sees the same augmented crop as the student (``--teacher``).
 import argparse
 import json
 import logging
-import math
 import os
 import sys
-import time
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from ..core.mixed_depth import check_mixed_depth, mixed_depth_loss, parse_mixed_depth
-from ..nmt_checkpoints import load_checkpoint as load_checkpoint_file, save_checkpoint
-from ..vision import create_model, load_checkpoint, soft_distillation_loss
+from ..core.depth import DepthControl
+from ..core.mixed_depth import check_mixed_depth, parse_mixed_depth
+from ..vision import create_model, load_checkpoint
 from ..vision.data import EvalTransform, ImageFolder, TrainTransform
-from ..vision.training import cosine_lr, param_groups, topk_correct
+from ..vision.training import TrainConfig, autocast_settings, evaluate, train
 from . import HelpFormatter, UserError, user_errors
 
 
@@ -99,17 +96,6 @@ def get_parser():
     return p
 
 
-def autocast_settings(device: torch.device, mode: str):
-    """(enabled, dtype, use_grad_scaler) for torch.autocast on this device."""
-    if mode == "off" or (mode == "auto" and device.type != "cuda"):
-        return False, None, False
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return True, torch.bfloat16, False
-        return True, torch.float16, True
-    return True, torch.bfloat16, False  # CPU autocast supports bf16
-
-
 def build_loader(dataset, batch_size, shuffle, workers, device):
     return DataLoader(
         dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
@@ -126,21 +112,6 @@ def load_teacher_logits(path, dataset):
         raise KeyError(f"{len(missing)} training images have no teacher logits in {path}, e.g. {missing[0]!r}")
     order = torch.tensor([index[dataset.relative_path(i)] for i in range(len(dataset))])
     return data["logits"].float()[order]
-
-
-@torch.no_grad()
-def evaluate(model, loader, device, amp):
-    enabled, dtype, _ = amp
-    model.eval()
-    total, loss_sum, top1, top5 = 0, 0.0, 0, 0
-    for images, target in loader:
-        images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-            logits = model(images)
-        loss_sum += F.cross_entropy(logits.float(), target, reduction="sum").item()
-        c1, c5 = topk_correct(logits, target, (1, 5))
-        top1, top5, total = top1 + c1, top5 + c5, total + target.numel()
-    return {"loss": loss_sum / total, "acc1": 100.0 * top1 / total, "acc5": 100.0 * top5 / total, "n": total}
 
 
 @torch.no_grad()
@@ -182,7 +153,7 @@ def run(argv=None) -> dict:
     try:
         depth_terms = parse_mixed_depth(args.mixed_depth)
         if depth_terms:
-            if not hasattr(model, "at_depth"):
+            if not isinstance(model, DepthControl):
                 raise ValueError(f"--mixed-depth: {args.model} has no recursive blocks")
             check_mixed_depth(depth_terms, (model.recursions,), sides=(args.model,))
     except ValueError as exc:
@@ -221,100 +192,18 @@ def run(argv=None) -> dict:
                                checkpoint_path=args.teacher_checkpoint).to(device).eval()
         for p in teacher.parameters():
             p.requires_grad_(False)
-    distill = teacher_logits is not None or teacher is not None
 
-    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp[2])
-    steps_per_epoch = len(train_loader)
-    if args.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, args.max_steps_per_epoch)
-    total_steps = args.epochs * steps_per_epoch
-    warmup_steps = int(round(args.warmup_epochs * steps_per_epoch))
-    start_epoch, best = 0, -1.0
-    if args.resume:
-        state = load_checkpoint_file(args.resume)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        start_epoch, best = state["epoch"] + 1, state.get("best_acc1", -1.0)
-    if args.output:
-        os.makedirs(args.output, exist_ok=True)
-
-    def objective(logits, target, soft):
-        if distill:  # the paper's soft distillation: no one-hot label
-            return soft_distillation_loss(logits, soft, args.distill_temperature)
-        return F.cross_entropy(logits.float(), target, label_smoothing=args.label_smoothing)
-
-    enabled, dtype, _ = amp
-    stats = {}
-    for epoch in range(start_epoch, args.epochs):
-        model.train()
-        started, loss_sum, seen, depth_sums = time.time(), 0.0, 0, {}
-        for step, (images, target, index) in enumerate(train_loader):
-            if step >= steps_per_epoch:
-                break
-            global_step = epoch * steps_per_epoch + step
-            lr = cosine_lr(global_step, total_steps, args.lr, warmup_steps, args.min_lr, args.warmup_lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
-            soft = None
-            with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                logits = net(images)
-                if teacher is not None:
-                    with torch.no_grad():
-                        soft = teacher(images)
-                elif teacher_logits is not None:
-                    soft = teacher_logits[index].to(device)
-            loss = objective(logits, target, soft)
-            if depth_terms:  # mixed depth: the same weights and head, fewer applications
-                def shallow_loss():
-                    with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                        return objective(net(images), target, soft)
-
-                loss, depth_losses = mixed_depth_loss(model, depth_terms, loss, shallow_loss)
-                for label, value in depth_losses.items():
-                    depth_sums[label] = depth_sums.get(label, 0.0) + value.item() * target.numel()
-            if not math.isfinite(loss.item()):
-                raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch} step {step}")
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if args.clip_grad:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
-            scaler.step(optimizer)
-            scaler.update()
-            loss_sum += loss.item() * target.numel()
-            seen += target.numel()
-            if args.log_interval and step % args.log_interval == 0:
-                print(f"epoch {epoch} step {step}/{steps_per_epoch} loss {loss.item():.4f} lr {lr:.3e}", flush=True)
-        stats = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "lr": lr, "time": time.time() - started}
-        stats.update({f"train_loss_depth{d}": v / max(seen, 1) for d, v in depth_sums.items()})
-        if val_loader is not None:
-            stats.update({f"val_{k}": v for k, v in evaluate(net, val_loader, device, amp).items()})
-            for term in depth_terms:
-                with model.at_depth(term.depths[0]):
-                    shallow = evaluate(net, val_loader, device, amp)
-                stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
-        print(json.dumps(stats), flush=True)
-        if args.output:
-            # each file replaced atomically, best before last and the log after both: a run
-            # killed at any moment resumes from a whole checkpoint_last.pt whose best_acc1 is
-            # that of checkpoint_best.pt, and logs each epoch once
-            acc = stats.get("val_acc1", -1.0)
-            if acc >= best:
-                save_checkpoint({"model": model.state_dict(), "model_name": args.model, "model_kwargs": model_kwargs,
-                                 "epoch": epoch, "best_acc1": acc}, os.path.join(args.output, "checkpoint_best.pt"))
-            best = max(best, acc)
-            state = {
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                "epoch": epoch, "best_acc1": best, "model_name": args.model, "model_kwargs": model_kwargs,
-                "args": vars(args),
-            }
-            save_checkpoint(state, os.path.join(args.output, "checkpoint_last.pt"))
-            with open(os.path.join(args.output, "log.jsonl"), "a") as f:
-                f.write(json.dumps(stats) + "\n")
-    return stats
+    config = TrainConfig(
+        epochs=args.epochs, lr=args.lr, min_lr=args.min_lr, warmup_lr=args.warmup_lr,
+        warmup_epochs=args.warmup_epochs, weight_decay=args.weight_decay, label_smoothing=args.label_smoothing,
+        clip_grad=args.clip_grad, distill_temperature=args.distill_temperature,
+        max_steps_per_epoch=args.max_steps_per_epoch, log_interval=args.log_interval,
+    )
+    return train(
+        model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
+        teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
+        checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs}, options=vars(args),
+    )
 
 
 @user_errors("sret-train-vision")

@@ -1,10 +1,39 @@
-"""Training helpers for the vision models (used by sret-train-vision)."""
+"""Training the vision models: the loop of ``sret-train-vision`` and its helpers.
 
+    from fairseq_sret.vision import create_model
+    from fairseq_sret.vision.training import TrainConfig, train
+    model = create_model("sret_t", num_classes=10)
+    stats = train(model, train_loader, TrainConfig(epochs=30), device=torch.device("cpu"),
+                  val_loader=val_loader, output="runs/sret_t")
+
+``train_loader`` yields ``(images, target, index)`` (``ImageFolder(..., return_index=True)``;
+the index looks up pre-computed teacher logits). AdamW with no weight decay on biases,
+norms, LRC scalars and the position embedding, a per-step cosine schedule with linear
+warm-up, label smoothing or soft distillation, optional mixed depth and mixed precision.
+With ``output`` every epoch writes ``checkpoint_best.pt`` (when the validation top-1 is the
+best so far), then ``checkpoint_last.pt`` (also the optimizer and scaler state: ``resume``
+continues from it), then a line of ``log.jsonl``; each file is replaced atomically.
+"""
+
+import json
 import math
-from typing import Dict, List, Sequence
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ..core.mixed_depth import DepthTerm, mixed_depth_loss
+from ..nmt_checkpoints import load_checkpoint as load_checkpoint_file
+from .losses import soft_distillation_loss
+from .weights import save_checkpoint
+
+#: (autocast enabled, autocast dtype, use a gradient scaler), from :func:`autocast_settings`
+Amp = Tuple[bool, Optional[torch.dtype], bool]
+NO_AMP: Amp = (False, None, False)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> List[Dict]:
@@ -41,3 +70,174 @@ def topk_correct(logits: Tensor, target: Tensor, ks: Sequence[int] = (1, 5)) -> 
     top = logits.topk(k_max, dim=1).indices
     hit = top == target[:, None]
     return [int(hit[:, : min(k, k_max)].any(dim=1).sum()) for k in ks]
+
+
+def autocast_settings(device: torch.device, mode: str) -> Amp:
+    """(enabled, dtype, use_grad_scaler) for torch.autocast on this device; ``mode`` is
+    ``auto`` (on for CUDA), ``on`` or ``off``."""
+    if mode == "off" or (mode == "auto" and device.type != "cuda"):
+        return NO_AMP
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return True, torch.bfloat16, False
+        return True, torch.float16, True
+    return True, torch.bfloat16, False  # CPU autocast supports bf16
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, device: torch.device, amp: Amp = NO_AMP) -> Dict[str, float]:
+    """Cross-entropy and top-1/top-5 accuracy (%) of ``model`` over ``loader``'s (images, target)."""
+    enabled, dtype, _ = amp
+    model.eval()
+    total, loss_sum, top1, top5 = 0, 0.0, 0, 0
+    for images, target in loader:
+        images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+            logits = model(images)
+        loss_sum += F.cross_entropy(logits.float(), target, reduction="sum").item()
+        c1, c5 = topk_correct(logits, target, (1, 5))
+        top1, top5, total = top1 + c1, top5 + c5, total + target.numel()
+    return {"loss": loss_sum / total, "acc1": 100.0 * top1 / total, "acc5": 100.0 * top5 / total, "n": total}
+
+
+@dataclass
+class TrainConfig:
+    """The settings of :func:`train` (``sret-train-vision``'s options of the same names)."""
+
+    epochs: int = 300
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    warmup_lr: float = 1e-6
+    warmup_epochs: float = 5
+    weight_decay: float = 0.05
+    label_smoothing: float = 0.1
+    clip_grad: Optional[float] = None
+    distill_temperature: float = 1.0
+    max_steps_per_epoch: Optional[int] = None
+    log_interval: int = 50
+
+
+def train(
+    model: nn.Module,
+    train_loader,
+    config: TrainConfig,
+    *,
+    device: torch.device,
+    amp: Amp = NO_AMP,
+    val_loader=None,
+    net: Optional[Callable] = None,
+    teacher: Optional[nn.Module] = None,
+    teacher_logits: Optional[Tensor] = None,
+    depth_terms: Sequence[DepthTerm] = (),
+    output: Optional[str] = None,
+    resume: Optional[str] = None,
+    checkpoint_extra: Optional[dict] = None,
+    options: Optional[dict] = None,
+) -> dict:
+    """Train ``model`` for ``config.epochs`` epochs; returns the last epoch's statistics.
+
+    ``net``: the module that runs (e.g. ``torch.compile(model)``; default ``model``), while
+    ``model`` keeps the parameters and their names. ``teacher`` / ``teacher_logits`` (rows
+    in dataset order): soft distillation without the one-hot label. ``depth_terms``: mixed
+    depth (:func:`fairseq_sret.core.mixed_depth.mixed_depth_loss`). ``resume``: a
+    ``checkpoint_last.pt``, read through the checkpoint allow-list
+    (:func:`fairseq_sret.nmt_checkpoints.load_checkpoint`). ``checkpoint_extra`` is saved in
+    both checkpoints (e.g. the model's name and arguments), ``options`` in
+    ``checkpoint_last.pt`` as ``args``.
+    """
+    net = model if net is None else net
+    enabled, dtype, use_scaler = amp
+    distill = teacher_logits is not None or teacher is not None
+    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
+    steps_per_epoch = len(train_loader)
+    if config.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
+    total_steps = config.epochs * steps_per_epoch
+    warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
+    start_epoch, best = 0, -1.0
+    if resume:
+        state = load_checkpoint_file(resume)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        start_epoch, best = state["epoch"] + 1, state.get("best_acc1", -1.0)
+        best_file = os.path.join(os.path.dirname(resume), "checkpoint_best.pt")
+        if os.path.isfile(best_file):  # saved after this checkpoint_last.pt when a kill came between
+            best = max(best, load_checkpoint_file(best_file).get("best_acc1", -1.0))
+    if output:
+        os.makedirs(output, exist_ok=True)
+
+    def objective(logits, target, soft):
+        if distill:  # the paper's soft distillation: no one-hot label
+            return soft_distillation_loss(logits, soft, config.distill_temperature)
+        return F.cross_entropy(logits.float(), target, label_smoothing=config.label_smoothing)
+
+    stats: dict = {}
+    for epoch in range(start_epoch, config.epochs):
+        model.train()
+        started, loss_sum, seen, depth_sums = time.time(), 0.0, 0, {}
+        for step, (images, target, index) in enumerate(train_loader):
+            if step >= steps_per_epoch:
+                break
+            global_step = epoch * steps_per_epoch + step
+            lr = cosine_lr(global_step, total_steps, config.lr, warmup_steps, config.min_lr, config.warmup_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
+            soft = None
+            with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+                logits = net(images)
+                if teacher is not None:
+                    with torch.no_grad():
+                        soft = teacher(images)
+                elif teacher_logits is not None:
+                    soft = teacher_logits[index].to(device)
+            loss = objective(logits, target, soft)
+            if depth_terms:  # mixed depth: the same weights and head, fewer applications
+                def shallow_loss():
+                    with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+                        return objective(net(images), target, soft)
+
+                loss, depth_losses = mixed_depth_loss(model, depth_terms, loss, shallow_loss)
+                for label, value in depth_losses.items():
+                    depth_sums[label] = depth_sums.get(label, 0.0) + value.item() * target.numel()
+            if not math.isfinite(loss.item()):
+                raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch} step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if config.clip_grad:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
+            scaler.step(optimizer)
+            scaler.update()
+            loss_sum += loss.item() * target.numel()
+            seen += target.numel()
+            if config.log_interval and step % config.log_interval == 0:
+                print(f"epoch {epoch} step {step}/{steps_per_epoch} loss {loss.item():.4f} lr {lr:.3e}", flush=True)
+        stats = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "lr": lr, "time": time.time() - started}
+        stats.update({f"train_loss_depth{d}": v / max(seen, 1) for d, v in depth_sums.items()})
+        if val_loader is not None:
+            stats.update({f"val_{k}": v for k, v in evaluate(net, val_loader, device, amp).items()})
+            for term in depth_terms:
+                with model.at_depth(term.depths[0]):
+                    shallow = evaluate(net, val_loader, device, amp)
+                stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
+        print(json.dumps(stats), flush=True)
+        if output:
+            # best before last and the log after both: a run killed at any moment resumes from
+            # a whole checkpoint_last.pt whose best_acc1 is that of checkpoint_best.pt, and
+            # logs each epoch once
+            acc = stats.get("val_acc1", -1.0)
+            extra = dict(checkpoint_extra or {})
+            if acc >= best:
+                save_checkpoint(model, os.path.join(output, "checkpoint_best.pt"),
+                                {**extra, "epoch": epoch, "best_acc1": acc})
+            best = max(best, acc)
+            save_checkpoint(model, os.path.join(output, "checkpoint_last.pt"), {
+                "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "epoch": epoch,
+                "best_acc1": best, **extra, "args": dict(options or {}),
+            })
+            with open(os.path.join(output, "log.jsonl"), "a") as f:
+                f.write(json.dumps(stats) + "\n")
+    return stats

@@ -31,6 +31,7 @@ from typing import Dict, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from ..nmt_checkpoints import save_checkpoint as write_atomically
 from .sret import SReT, resize_pos_embed
 
 _BLOCK_NAMES = {
@@ -167,8 +168,6 @@ def load_checkpoint(
 
 
 def save_checkpoint(model: nn.Module, path, extra: Optional[dict] = None) -> None:
-    """Save ``{'model': state_dict, **extra}`` (the layout :func:`load_checkpoint` reads).
-
-    Object first, then the path, as ``torch.save`` and
-    :func:`fairseq_sret.nmt_checkpoints.save_checkpoint` take them."""
-    torch.save({"model": model.state_dict(), **(extra or {})}, path)
+    """Save ``{'model': state_dict, **extra}`` (the layout :func:`load_checkpoint` reads),
+    replacing ``path`` atomically (:func:`fairseq_sret.nmt_checkpoints.save_checkpoint`)."""
+    write_atomically({"model": model.state_dict(), **(extra or {})}, path)
