@@ -15,42 +15,45 @@ from ...core import NonLinearProjection, Recursive, SReTBlock, reorder_cache
 from .config import check_checkpoint_recursions, recursion_schedule
 
 
-def build_recursive_block(args, side: str, causal: bool, cross_attention: bool) -> Recursive:
-    schedule = recursion_schedule(args, side)
-    dim = getattr(args, f"{side}_embed_dim")
-    normalize_before = (not args.post_ln) and getattr(args, f"{side}_normalize_before")
+def build_recursive_block(cfg, side: str, causal: bool, cross_attention: bool) -> Recursive:
+    """``side``'s recursive block. ``cfg``: fairseq's ``TransformerConfig`` of the options
+    (what fairseq hands ``build_encoder_layer``) or their argparse namespace; both are read
+    by the flat option names (``encoder_embed_dim``, ``encoder_recursions``, ...)."""
+    schedule = recursion_schedule(cfg, side)
+    dim = getattr(cfg, f"{side}_embed_dim")
+    normalize_before = (not cfg.post_ln) and getattr(cfg, f"{side}_normalize_before")
     # fairseq's older name of the activation dropout counts when --activation-dropout is 0
-    activation_dropout = args.activation_dropout or getattr(args, "relu_dropout", None) or 0.0
+    activation_dropout = cfg.activation_dropout or getattr(cfg, "relu_dropout", None) or 0.0
     block = SReTBlock(
         embed_dim=dim,
-        num_heads=getattr(args, f"{side}_attention_heads"),
-        ffn_dim=getattr(args, f"{side}_ffn_embed_dim"),
+        num_heads=getattr(cfg, f"{side}_attention_heads"),
+        ffn_dim=getattr(cfg, f"{side}_ffn_embed_dim"),
         schedule=schedule,
         causal=causal,
         cross_attention=cross_attention,
         normalize_before=normalize_before,
-        lrc=not args.no_lrc,
-        dropout=args.dropout,
-        attention_dropout=args.attention_dropout,
+        lrc=not cfg.no_lrc,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
         activation_dropout=activation_dropout,
-        activation=args.activation_fn,
+        activation=cfg.activation_fn,
     )
     make_nll = None
-    if args.nll_ratio > 0:
+    if cfg.nll_ratio > 0:
         def make_nll(_index):
             return NonLinearProjection(
-                dim, args.nll_ratio, lrc=not args.no_lrc, activation=args.activation_fn,
-                dropout=args.dropout, activation_dropout=activation_dropout,
+                dim, cfg.nll_ratio, lrc=not cfg.no_lrc, activation=cfg.activation_fn,
+                dropout=cfg.dropout, activation_dropout=activation_dropout,
             )
-    return Recursive(block, schedule, make_nll, checkpoint=args.checkpoint_recursions)
+    return Recursive(block, schedule, make_nll, checkpoint=cfg.checkpoint_recursions)
 
 
 class SReTEncoderLayer(nn.Module):
     """One unique encoder layer applied ``recursions`` times; fairseq's layer interface."""
 
-    def __init__(self, args):
+    def __init__(self, cfg):
         super().__init__()
-        self.recursive = build_recursive_block(args, "encoder", causal=False, cross_attention=False)
+        self.recursive = build_recursive_block(cfg, "encoder", causal=False, cross_attention=False)
 
     def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attn_mask=None) -> Tensor:
         """x: (T, B, C), encoder_padding_mask: (B, T) True at padding -> (T, B, C)"""
@@ -76,10 +79,10 @@ class SReTDecoderLayer(nn.Module):
     incremental-state key; ``reorder_incremental_state`` reorders all of them.
     """
 
-    def __init__(self, args, no_encoder_attn: bool = False):
+    def __init__(self, cfg, no_encoder_attn: bool = False):
         super().__init__()
         self.recursive = build_recursive_block(
-            args, "decoder", causal=True, cross_attention=not no_encoder_attn
+            cfg, "decoder", causal=True, cross_attention=not no_encoder_attn
         )
 
     def _caches(self, incremental_state) -> Optional[List[dict]]:
