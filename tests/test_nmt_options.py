@@ -23,6 +23,8 @@ TINY = dict(
     encoder_attention_heads=2, decoder_attention_heads=2, encoder_layers=1, decoder_layers=1,
 )
 
+SIDES = ("encoder", "decoder")
+
 #: option (argparse name) -> (first value, second value); None leaves the option unset
 INHERITED = {
     "activation_fn": ("relu", "gelu"),
@@ -31,21 +33,13 @@ INHERITED = {
     "activation_dropout": (0.0, 0.3),
     "relu_dropout": (0.0, 0.3),
     "adaptive_input": (False, True),
-    "encoder_embed_path": (None, "EMBEDDINGS"),
-    "encoder_ffn_embed_dim": (32, 24),
-    "encoder_layers": (1, 2),
-    "encoder_attention_heads": (2, 4),
-    "encoder_normalize_before": (False, True),
-    "encoder_learned_pos": (False, True),
+    **{f"{side}_{name}": values for side in SIDES for name, values in (
+        ("embed_path", (None, "EMBEDDINGS")), ("ffn_embed_dim", (32, 24)), ("layers", (1, 2)),
+        ("attention_heads", (2, 4)), ("normalize_before", (False, True)), ("learned_pos", (False, True)),
+    )},
     "max_source_positions": (64, 32),
-    "decoder_embed_path": (None, "EMBEDDINGS"),
-    "decoder_ffn_embed_dim": (32, 24),
-    "decoder_layers": (1, 2),
-    "decoder_attention_heads": (2, 4),
-    "decoder_normalize_before": (False, True),
-    "decoder_learned_pos": (False, True),
-    "decoder_output_dim": (16, 8),
     "max_target_positions": (64, 32),
+    "decoder_output_dim": (16, 8),
     "share_decoder_input_output_embed": (False, True),
     "share_all_embeddings": (False, True),
     "merge_src_tgt_embed": (False, True),
@@ -70,21 +64,18 @@ INHERITED = {
 #: options set for both values of an option, so that the option acts in both models
 CONTEXT = {"no_decoder_final_norm": dict(decoder_normalize_before=True)}
 REFUSED = {
-    "encoder_layerdrop": (0.0, 0.2),
-    "encoder_layers_to_keep": (None, "0"),
-    "encoder_xformers_att_config": (None, '{"name": "scaled_dot_product"}'),
-    "decoder_layerdrop": (0.0, 0.2),
-    "decoder_layers_to_keep": (None, "0"),
-    "decoder_xformers_att_config": (None, '{"name": "scaled_dot_product"}'),
+    **{f"{side}_{name}": values for side in SIDES for name, values in (
+        ("layerdrop", (0.0, 0.2)), ("layers_to_keep", (None, "0")),
+        ("xformers_att_config", (None, '{"name": "scaled_dot_product"}')),
+        # one side's width alone: the cross-attention reads the encoder output at the decoder width
+        ("embed_dim", (16, 8)),
+    )},
     "checkpoint_activations": (False, True),
     "offload_activations": (False, True),
     "cross_self_attention": (False, True),
     "quant_noise_pq": (0.0, 0.1),
     "quant_noise_scalar": (0.0, 0.1),
     "base_layers": (0, 1),
-    # one side's width alone: the cross-attention reads the encoder output at the decoder width
-    "encoder_embed_dim": (16, 8),
-    "decoder_embed_dim": (16, 8),
 }
 
 
