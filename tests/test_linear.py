@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fairseq_sret.core import FeedForward, SlicedGroupAttention, fast_paths
-from fairseq_sret.core.linear import FUSABLE_ACTIVATIONS, linear, onednn_linear_available
+from fairseq_sret.core.linear import FUSABLE_ACTIVATIONS, ONEDNN_MIN_ROWS, linear, onednn_linear_available
 from fairseq_sret.vision import create_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -23,13 +23,15 @@ REFERENCE = {None: lambda y: y, "relu": F.relu, "gelu": F.gelu, "gelu_accurate":
 def test_linear_equals_the_layer_and_its_activation(dtype, activation, bias):
     torch.manual_seed(0)
     layer = nn.Linear(24, 40, bias=bias).to(dtype)
-    x = torch.randn(3, 7, 24, dtype=dtype)
-    with torch.no_grad():
+    x = torch.randn(3, ONEDNN_MIN_ROWS // 3 + 1, 24, dtype=dtype)
+    with torch.no_grad(), torch.profiler.profile() as profile:
         got = linear(x, layer, activation)
+    assert any("_linear_pointwise" in event.key for event in profile.key_averages())  # oneDNN's
+    with torch.no_grad():
         want = REFERENCE[activation](layer(x).float()).to(dtype)
         with fast_paths(onednn_linear=False):
             assert torch.equal(linear(x, layer, activation), REFERENCE[activation](layer(x)))
-    assert got.dtype == dtype and got.shape == (3, 7, 40)
+    assert got.dtype == dtype and got.shape == (*x.shape[:-1], 40)
     torch.testing.assert_close(got, want, **TOLERANCE[dtype])
 
 
@@ -57,7 +59,7 @@ def test_feedforward_and_attention_at_inference_equal_the_reference_path(activat
     torch.manual_seed(0)
     ffn = FeedForward(32, 48, activation).eval()
     attn = SlicedGroupAttention(32, 4, groups=(4,)).eval()
-    x = torch.randn(2, 16, 32)
+    x = torch.randn(2, ONEDNN_MIN_ROWS // 2, 32)
     with torch.no_grad():
         fast = ffn(x), attn(x)
         with fast_paths(onednn_linear=False):
@@ -69,8 +71,8 @@ def test_feedforward_and_attention_at_inference_equal_the_reference_path(activat
 @onednn
 def test_vision_model_inference_equals_the_reference_path():
     torch.manual_seed(0)
-    model = create_model("sret_t", img_size=64, num_classes=10).eval()
-    x = torch.randn(2, 3, 64, 64)
+    model = create_model("sret_t", img_size=128, num_classes=10).eval()
+    x = torch.randn(8, 3, 128, 128)  # 2,048 first-stage tokens: the oneDNN path
     with torch.no_grad():
         fast = model(x)
         with fast_paths(onednn_linear=False):

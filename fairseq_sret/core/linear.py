@@ -7,7 +7,8 @@ much as the product. oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, th
 inductor uses for the same fusion) adds the bias and applies GELU or ReLU while writing
 the product. :func:`linear` uses it where it computes the same function:
 
-- CPU tensors, float32 or bfloat16, input and weight of one dtype, no autocast;
+- CPU tensors of at least :data:`ONEDNN_MIN_ROWS` rows, float32 or bfloat16, input and
+  weight of one dtype, no autocast;
 - no gradient (``torch.no_grad`` / ``inference_mode``: the operator has no backward);
 - eager mode (``torch.compile`` does this fusion itself; exported programs keep standard
   operators), no hooks on the layer, and ``fast_paths(onednn_linear=True)`` (the default).
@@ -24,6 +25,12 @@ from torch import Tensor, nn
 from torch.nn.modules import module as _hooks
 
 from .config import get_fast_paths, is_compiling
+
+#: the fewest rows (tokens) for which :func:`linear` uses oneDNN: below it the product is
+#: short and oneDNN's per-call set-up costs more than the passes it saves (single thread,
+#: this project's Xeon: 0.6-0.9x at 80-1,280 rows, 1.0-1.5x from 3,136 rows; NMT decoding
+#: steps have batch x beam rows, SReT-T's first two stages 12,544 and 3,136 at batch 16)
+ONEDNN_MIN_ROWS = 2048
 
 #: activation name -> (oneDNN post-op, its algorithm) for the activations oneDNN fuses
 _ONEDNN_ACTIVATIONS = {None: ("none", ""), "relu": ("relu", ""), "gelu": ("gelu", "none"),
@@ -56,11 +63,13 @@ def _no_hooks(layer: nn.Module) -> bool:
 
 
 def _use_onednn(x: Tensor, layer: nn.Linear) -> bool:
+    if x.numel() < ONEDNN_MIN_ROWS * x.size(-1) or torch.is_grad_enabled():
+        return False  # the common cases (decoding steps, training) decided first
     weight = layer.weight
     return (
-        get_fast_paths().onednn_linear and x.device.type == "cpu" and not torch.is_grad_enabled()
+        get_fast_paths().onednn_linear and x.device.type == "cpu" and x.dim() >= 2
         and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype
-        and (layer.bias is None or layer.bias.dtype == x.dtype) and x.dim() >= 2 and x.is_contiguous()
+        and (layer.bias is None or layer.bias.dtype == x.dtype) and x.is_contiguous()
         and not torch.is_autocast_enabled("cpu") and not is_compiling() and _no_hooks(layer)
         and onednn_linear_available()
     )
