@@ -25,10 +25,12 @@ comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
   nofuse   no Triton kernel for residual + LRC + LayerNorm (``fast_paths(fused="off")``)
   packed   sliced attention always on packed groups, never the one-kernel masked path
            (``fast_paths(grouped_one_kernel=0)``; on CUDA SReT's 196-token stage takes it)
+  nodnn    no oneDNN linear at CPU inference: PyTorch's linear, bias copy and separate
+           activation (``fast_paths(onednn_linear=False)``, see fairseq_sret.core.linear)
   3op      the code before the fast paths: the LRC as three element-wise kernels, no Triton
            kernel, packed groups (``fast_paths(lrc_one_op=False, fused="off",
            grouped_one_kernel=0)``)
-e.g. ``--variants 3op nofuse eager fold fold+graph``. fold, nofuse, packed and 3op only change
+e.g. ``--variants 3op nofuse eager fold fold+graph``. fold, nofuse, packed, nodnn and 3op only change
 our models.
 ``--compile MODEL ...`` adds ``compile`` for the named models (``--compile-variants`` sets which:
 default ``compile``, e.g. ``compile fold+compile``).
@@ -62,12 +64,13 @@ NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "sret_t_w
          "sret_s_wo_slice": "SReT-S w/o slice", "deit_tiny_patch16_224": "DeiT-T",
          "deit_small_patch16_224": "DeiT-S", "pit_ti_224": "PiT-Ti", "pit_s_224": "PiT-S"}
 TARGETS = {"infer": 1.0, "train": 0.8}
-TOKENS = ("fold", "nofuse", "packed", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
-OURS_ONLY = ("fold", "nofuse", "packed", "3op")
+TOKENS = ("fold", "nofuse", "packed", "nodnn", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
+OURS_ONLY = ("fold", "nofuse", "packed", "nodnn", "3op")
 # fast-path switches of the variant tokens (fairseq_sret.core.fast_paths)
 FAST_PATHS = {
     "nofuse": {"fused": "off"},
     "packed": {"grouped_one_kernel": 0},
+    "nodnn": {"onednn_linear": False},
     "3op": {"lrc_one_op": False, "fused": "off", "grouped_one_kernel": 0},
 }
 
@@ -318,7 +321,7 @@ def run_mode(mode, args, device, dtype, deadline):
     for variant in args.compile_variants:
         for name in (args.models if "all" in args.compile else args.compile):
             tokens = variant_tokens(variant) | {"compile"}
-            if not is_model(name):  # fold / nofuse / packed / 3op change only our models
+            if not is_model(name):  # fold / nofuse / packed / nodnn / 3op change only our models
                 tokens -= set(OURS_ONLY)
             if ("fold" in tokens and mode != "infer") or "graph" in tokens:
                 continue
