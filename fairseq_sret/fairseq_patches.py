@@ -45,6 +45,12 @@ The patches:
   ``torch_xla``); without that it would cast the whole model to bf16. Patched: on the CPU the
   model and the optimizer stay fp32 (fp32 master weights) and every training and
   validation step runs under CPU autocast.
+- ``atomic_checkpoint_copy``: ``fairseq.checkpoint_utils.save_checkpoint`` writes the first
+  checkpoint of an update atomically, then *copies* it onto the others
+  (``checkpoint_best.pt``, ``checkpoint_last.pt``) in place: ``fairseq-train`` killed during
+  that copy leaves a truncated ``checkpoint_last.pt`` (the run cannot resume) or
+  ``checkpoint_best.pt`` (the best model is lost). Patched: the copy goes to a temporary file
+  beside the target, which then replaces it.
 
 ``--bf16`` on the CPU needs a processor with native bf16 (AMX or AVX512-BF16, see
 :func:`cpu_has_native_bf16`); elsewhere autocast would emulate bf16, slower than fp32,
@@ -503,6 +509,49 @@ def _install_cpu_bf16_training() -> None:
     distributed_utils.call_main = _call_main_on_the_cpu(distributed_utils.call_main)
 
 
+# ---------------------------------------------------------------- atomic_checkpoint_copy
+class AtomicCopyPathManager:
+    """fairseq's ``PathManager`` whose ``copy`` onto a local file writes a temporary file
+    beside the target and renames it over the target (a reader, or a process killed at any
+    moment, sees the old file or the new one)."""
+
+    sret_patch = "atomic_checkpoint_copy"
+
+    def __init__(self, base):
+        self._base = base
+
+    def __getattr__(self, name):
+        return getattr(self._base, name)
+
+    def copy(self, src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        folder = os.path.dirname(os.path.abspath(dst_path))
+        if "://" in str(dst_path) or not os.path.isdir(folder) or (os.path.exists(dst_path) and not overwrite):
+            return self._base.copy(src_path, dst_path, overwrite=overwrite)
+        tmp = os.path.join(folder, f".{os.path.basename(dst_path)}.{os.getpid()}.copy")
+        copied = self._base.copy(src_path, tmp, overwrite=True)
+        os.replace(tmp, dst_path)
+        return copied
+
+
+def checkpoints_copied_in_place(path_manager=None) -> bool:
+    """Does the ``PathManager.copy`` that ``save_checkpoint`` uses write into the existing
+    target file (a hard link to the target sees the new content) instead of replacing it?"""
+    path_manager = path_manager or checkpoint_utils.PathManager
+    with tempfile.TemporaryDirectory() as folder:
+        src, dst, link = (os.path.join(folder, name) for name in ("new.pt", "last.pt", "link.pt"))
+        for path, text in ((src, "new"), (dst, "old")):
+            with open(path, "w") as f:
+                f.write(text)
+        os.link(dst, link)
+        path_manager.copy(src, dst, overwrite=True)
+        with open(link) as f:
+            return f.read() == "new"
+
+
+def _install_atomic_checkpoint_copy() -> None:
+    checkpoint_utils.PathManager = AtomicCopyPathManager(checkpoint_utils.PathManager)
+
+
 # ---------------------------------------------------------------- registry
 PATCHES = (
     Patch("keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
@@ -516,6 +565,8 @@ PATCHES = (
           " or --stop-time-hours", finished_run_trains_again, _install_finished_run),
     Patch("cpu_bf16_inference", "generation accepts --bf16 and ignores it (fp32 on the CPU)",
           fairseq_ignores_bf16_in_generation, _install_cpu_bf16_inference),
+    Patch("atomic_checkpoint_copy", "save_checkpoint copies checkpoint_best.pt/checkpoint_last.pt in place"
+          " (a kill during the copy truncates them)", checkpoints_copied_in_place, _install_atomic_checkpoint_copy),
     Patch("cpu_bf16_training", "fairseq-train --cpu --bf16 asks for a TPU and would cast the model to bf16",
           fairseq_trains_cpu_bf16_badly, _install_cpu_bf16_training),
 )
