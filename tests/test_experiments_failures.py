@@ -1,0 +1,48 @@
+"""The runner goes on past one run's evaluation failure: that run is recorded as failed with
+its error (never left 'training'), the other runs train and are evaluated, and a 'lastN'
+with no checkpoint to average is skipped and recorded instead of failing the run."""
+
+import sys
+
+import pytest
+
+from fairseq_sret.experiments import parse_experiment, runner
+
+
+@pytest.fixture
+def quick_runner(monkeypatch, tmp_path):
+    """The runner with a training that exits at once and an evaluation that fails for row 'a'."""
+    def train_command(experiment, run, data, paths, **_):
+        paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        return [sys.executable, "-c", "pass"]
+
+    def evaluate_run(experiment, paths, data, cpu=False, row=None, skipped=None):
+        if row.id == "a":
+            raise RuntimeError("fairseq-generate failed (exit 1)")
+        try:
+            runner._checkpoint_for("last2", paths)
+        except runner.NothingToAverage as exc:
+            skipped["last2"] = str(exc)
+        return {"best": {"test": {"scores": []}}}
+
+    monkeypatch.setattr(runner, "train_command", train_command)
+    monkeypatch.setattr(runner, "evaluate_run", evaluate_run)
+    monkeypatch.setattr(runner, "model_facts", lambda checkpoint: {"params": 1})
+    return tmp_path
+
+
+def test_one_failed_evaluation_stops_no_other_run(quick_runner):
+    experiment = parse_experiment({"name": "x", "train": {"max_update": 5}, "eval": {"checkpoints": ["best", "last2"]},
+                                   "rows": [{"id": "a", "arch": "t"}, {"id": "b", "arch": "t"}]})
+    with pytest.raises(RuntimeError, match="1 runs failed: a/seed1"):
+        runner.run_experiment(experiment, "data", quick_runner / "runs", progress_interval=0)
+    records = {r["row"]: r for r in runner.collect_records(experiment, quick_runner / "runs")}
+    assert records["a"]["status"] == "failed" and "fairseq-generate failed" in records["a"]["error"]
+    assert records["b"]["status"] == "done" and "no epoch checkpoints" in records["b"]["eval_skipped"]["last2"]
+
+
+def test_nothing_to_average_is_its_own_error(tmp_path):
+    paths = runner.RunPaths(tmp_path)
+    paths.checkpoints.mkdir()
+    with pytest.raises(runner.NothingToAverage, match=r"no update checkpoints .*\(--save-interval-updates\)"):
+        runner._checkpoint_for("last3u", paths)
