@@ -15,10 +15,15 @@ as on the command line.
 
 import argparse
 import difflib
+import os
 from typing import Dict
 
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+# hydra prints a configuration error and then, as the last line, a hint about this variable;
+# with it set the error itself is the last line, as with fairseq-train
+os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 #: keys fairseq itself puts in a model config that are not command-line options
 _NOT_OPTIONS = {"_name", "decoder_input_dim"}

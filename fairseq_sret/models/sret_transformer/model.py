@@ -5,6 +5,7 @@ are fairseq's own (we subclass its transformer); only the layers differ
 (:mod:`.layers`).
 """
 
+import re
 from typing import Dict
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -18,8 +19,8 @@ from fairseq.models.transformer import (
 from omegaconf import OmegaConf
 
 from ...core.depth import DepthControl
-from .config import (SReTOptions, check_sret_options, record_trained_recursions, sret_base_architecture,
-                     warn_untrained_depth)
+from .config import (SReTOptions, check_dictionaries, check_sret_options, record_trained_recursions,
+                     sret_base_architecture, warn_untrained_depth)
 from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
 
@@ -66,6 +67,7 @@ class SReTTransformerModel(DepthControl, TransformerModel):
         sret_base_architecture(args)
         record_trained_recursions(args)
         check_sret_options(args)
+        check_dictionaries(args, task)
         warn_untrained_depth(args)
         return super().build_model(args, task)
 
@@ -83,6 +85,17 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     # ``with model.at_depth(1, 2):`` choose both (None: every trained application)
     depth_sides = ("encoder", "decoder")
 
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's strict load; weights that do not fit (an override such as
+        ``encoder_layers`` or a width, which a trained model cannot take) fail with one line
+        that counts and names the mismatches."""
+        try:
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        except RuntimeError as exc:
+            if "Error(s) in loading state_dict" not in str(exc):
+                raise
+            raise ValueError(weights_mismatch(str(exc))) from None
+
     def lrc_coefficients(self) -> Dict[str, float]:
         """Every LRC coefficient by parameter name (for plots and logs)."""
         return {
@@ -90,3 +103,32 @@ class SReTTransformerModel(DepthControl, TransformerModel):
             for name, p in self.named_parameters()
             if name.endswith(("skip_scale", "branch_scale"))
         }
+
+
+def weights_mismatch(torch_message: str) -> str:
+    """torch's multi-line strict-load error as one line: how many keys are missing, unexpected
+    or of another shape, the first of each, and what an override may change."""
+    def keys(label):
+        match = re.search(label + r" key\(s\) in state_dict: (.*)", torch_message)
+        return re.findall(r'"([^"]+)"', match.group(1)) if match else []
+
+    missing, unexpected = keys("Missing"), keys("Unexpected")
+    shapes = re.findall(r"size mismatch for ([^:]+): copying a param with shape torch.Size\((\[[^]]*\])\) from"
+                        r" checkpoint, the shape in current model is torch.Size\((\[[^]]*\])\)", torch_message)
+    vocab = [(n, a, b) for n, a, b in shapes if n.endswith(("embed_tokens.weight", "output_projection.weight"))]
+    if vocab:
+        name, saved, built = vocab[0]
+        return (f"the data-bin's dictionary does not match the checkpoint's ({name}: {saved} in the checkpoint,"
+                f" {built} with this data-bin's dictionary): translate with the data-bin the model was trained on")
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
+    if shapes:
+        name, saved, built = shapes[0]
+        parts.append(f"{len(shapes)} of another shape (e.g. {name}: {saved} in the checkpoint, {built} in the model)")
+    return ("the checkpoint's weights do not fit the model its configuration (with any --model-overrides) builds: "
+            + "; ".join(parts or [torch_message.splitlines()[0]])
+            + ". Overrides may change the depth (encoder_recursions, decoder_recursions) and options that keep"
+              " the weights' shapes, not layer counts or widths")
