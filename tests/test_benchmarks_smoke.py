@@ -60,13 +60,23 @@ def test_bench_theorem1_smoke():
     assert "| 0.3125 | 0.3125 |" in stage, out  # SReT-T stage 1: groups 8, 2 -> (1/8 + 1/2) / 2
 
 
+def _timm_importable() -> bool:
+    """As bench_vision judges it: timm installed beside a torchvision of another torch build
+    (the package index's CUDA builds beside a CPU-only torch) fails to import."""
+    try:
+        import timm  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
 def test_bench_vision_smoke():
     out = run_script("bench_vision")
     assert "### vision inference" in out and "### vision training step" in out
     ours = rows(out, "SReT-T")
     assert len(ours) == 4, out  # eager + cl, inference and training
     assert all(re.search(r"\| \d[\d,.]* \|", r) for r in ours), out  # images/s filled in
-    if importlib.util.find_spec("timm") is None:
+    if not _timm_importable():
         assert "timm not installed: skipping deit_tiny_patch16_224" in out
     else:
         assert len(rows(out, "DeiT-T")) >= 2
