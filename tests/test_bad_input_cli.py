@@ -6,19 +6,12 @@ shape overrides, a foreign dictionary, a misspelt YAML field) run the installed 
 tiny trained model (e2e).
 """
 
-import importlib
 import shutil
 
 import pytest
 
-from bad_input_cases import CASES, changes, error_line, make_model_folder, run_case, snapshot
+from bad_input_cases import CASES, error_line, make_model_folder, run_case, run_case_here
 
-MAINS = {
-    "sret-uptrain": "fairseq_sret.cli.uptrain", "sret-experiments": "fairseq_sret.cli.experiments",
-    "sret-prepare": "fairseq_sret.cli.prepare", "sret-evaluate": "fairseq_sret.cli.evaluate",
-    "sret-average-checkpoints": "fairseq_sret.cli.average_checkpoints",
-    "sret-train-vision": "fairseq_sret.cli.train_vision", "sret-toy-data": "fairseq_sret.toy_data",
-}
 IN_PROCESS = [c for c in CASES if not c.needs_model]
 WITH_MODEL = [c for c in CASES if c.needs_model]
 
@@ -34,16 +27,9 @@ def check(case, rc, stderr, changed):
 
 
 @pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
-def test_sret_commands_fail_in_one_line_and_write_nothing(case, tmp_path, monkeypatch, capsys):
+def test_sret_commands_fail_in_one_line_and_write_nothing(case, tmp_path):
     case.setup(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    before = snapshot(tmp_path)
-    main = importlib.import_module(MAINS[case.command]).main
-    try:
-        rc = main(case.argv[1:])
-    except SystemExit as exc:  # argparse's usage errors
-        rc = exc.code
-    check(case, rc, capsys.readouterr().err, changes(before, snapshot(tmp_path)))
+    check(case, *run_case_here(case, tmp_path))
 
 
 @pytest.fixture(scope="module")
