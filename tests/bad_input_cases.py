@@ -381,7 +381,9 @@ def main() -> int:
             rc, stderr, changed = run_case_here(case, folder) if case.command in MAINS else run_case(case, folder)
             rows.append((case, rc, stderr, changed))
             print(f"{case.id}: {rc} {error_line(case, stderr)[:120]}", file=sys.stderr)
-    print(HEADER.format(machine=f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"))
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").is_file() else ""
+    print(HEADER.format(machine=f"{cpu or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"))
     print(table(rows))
     print(INTERRUPTION)
     return 0
