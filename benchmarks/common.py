@@ -31,13 +31,9 @@ def set_threads(threads: Optional[int]) -> None:
 
 
 def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from fairseq_sret.experiments.report import cpu_model
+
+    return cpu_model()
 
 
 def hardware_line(device: torch.device) -> str:

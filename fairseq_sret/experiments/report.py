@@ -109,6 +109,17 @@ def _fmt(stat: Optional[dict], digits: int = 2, scale: float = 1.0) -> str:
     return text
 
 
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), for the hardware line of every figure."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment() -> dict:
     info = {"python": platform.python_version(), "machine": platform.machine(),
             "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
@@ -116,7 +127,7 @@ def environment() -> dict:
         import torch
 
         info["torch"] = torch.__version__
-        info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+        info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU {cpu_model()}"
     except Exception:  # informative only
         pass
     try:
