@@ -63,15 +63,16 @@ def _no_hooks(layer: nn.Module) -> bool:
 
 
 def _use_onednn(x: Tensor, layer: nn.Linear) -> bool:
-    if x.numel() < ONEDNN_MIN_ROWS * x.size(-1) or torch.is_grad_enabled():
-        return False  # the common cases (decoding steps, training) decided first
+    # training, tracing (a size test would become a shape guard of torch.export) and short
+    # inputs such as decoding steps are decided first
+    if torch.is_grad_enabled() or is_compiling() or x.numel() < ONEDNN_MIN_ROWS * x.size(-1):
+        return False
     weight = layer.weight
     return (
         get_fast_paths().onednn_linear and x.device.type == "cpu" and x.dim() >= 2
         and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype
         and (layer.bias is None or layer.bias.dtype == x.dtype) and x.is_contiguous()
-        and not torch.is_autocast_enabled("cpu") and not is_compiling() and _no_hooks(layer)
-        and onednn_linear_available()
+        and not torch.is_autocast_enabled("cpu") and _no_hooks(layer) and onednn_linear_available()
     )
 
 
