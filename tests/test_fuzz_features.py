@@ -220,7 +220,10 @@ def residual_inputs(draw):
     """x, y of a random shape and layout (contiguous, a strided slice, transposed), a dtype,
     and the two LRC scales, each a tensor, a Python number or absent."""
     dtype = draw(st.sampled_from(list(TOLERANCE)))
-    rows, width = draw(st.integers(1, 40)), draw(st.integers(1, 96))
+    # The LayerNorm gradient of a handful of bf16/fp16 values is dominated by the rounding
+    # of the residual it normalises (1/std of two nearly equal numbers): below 16 features
+    # only fp32 has a gradient to compare against the definition.
+    rows, width = draw(st.integers(1, 40)), draw(st.integers(1 if dtype == torch.float32 else 16, 96))
     lead = draw(st.sampled_from([(), (2,), (3, 2)]))
     layout = draw(st.sampled_from(["contiguous", "sliced", "transposed"]))
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
