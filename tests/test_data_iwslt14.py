@@ -7,18 +7,13 @@ training sample. Our valid/test text must equal the reference ``tok/`` files on 
 of the lines.
 """
 
-import itertools
-import re
-import shutil
-
 import pytest
 
 from fairseq_sret.data import iwslt14
-from fairseq_sret.data.io import read_lines, write_lines
-from fairseq_sret.data.text import (
-    _moses_tokenizer, clean_indices, map_lines, moses_detokenize, moses_tokenize, tokenize_lowercase,
-)
+from fairseq_sret.data.io import read_lines
+from fairseq_sret.data.text import tokenize_lowercase
 from conftest import SHARED, shared_path
+from recipe_sources import fake_valid_source, iwslt14_source
 
 pytestmark = pytest.mark.slow
 
@@ -30,54 +25,11 @@ def match_rate(ours, ref):
     return sum(a == b for a, b in zip(ours, ref)) / len(ref)
 
 
-def recase(line: str, lang: str) -> str:
-    """Undo the lowercasing where it matters to the tokenizer: a capital after ". ", "? ", "! "
-    (tokenizer.perl keeps "word." together when the next word starts lowercase)."""
-    prefixes = {p.lower() for p in _moses_tokenizer(lang).NONBREAKING_PREFIXES}
-
-    def cap(m):
-        word = re.sub(r"^\W+", "", m.group(1))
-        if word.lower() in prefixes or len(word) <= 1:
-            return m.group(0)
-        return m.group(1) + m.group(2) + m.group(3).upper()
-
-    return re.sub(r"(\S+)([.!?]\s+)(\w)", cap, line)
-
-
-def fake_valid_source(shared, lang, n=None):
-    """Cased-looking raw text for the valid lines (detokenized, lowercased reference + recasing)."""
-    lines = read_lines(shared / "data/iwslt14/detok_lc" / f"valid.{lang}")[:n]
-    return [recase(x, lang) for x in lines]
-
-
 @pytest.fixture(scope="module")
 def iwslt_dir(tmp_path_factory):
-    data = shared_path("data/iwslt14")
+    shared_path("data/iwslt14")
     root = tmp_path_factory.mktemp("iwslt")
-    orig = root / "de-en"
-    orig.mkdir()
-    for xml in (data / "raw_xml").glob("IWSLT14.*.xml"):
-        shutil.copy(xml, orig / xml.name)
-    filler = {
-        lang: [recase(moses_detokenize(x.replace("@@ ", ""), lang), lang)
-               for x in read_lines(data / "train_sample_4600_bpe10k" / f"train.{lang}")]
-        for lang in ("de", "en")
-    }
-    # Only filler pairs that survive the cleaning keep the valid pairs at every 23rd position.
-    keep = clean_indices(*(map_lines(moses_tokenize, filler[lang], lang=lang) for lang in ("de", "en")),
-                         ratio=1.5, min_len=1, max_len=175)[0]
-    filler = {lang: [filler[lang][i] for i in keep] for lang in filler}
-    for lang in ("de", "en"):
-        valid = fake_valid_source(SHARED, lang, N_VALID)
-        lines = [f"<url>http://www.ted.com/talks/lang/{lang}/x.html</url>", "<keywords>talks, x</keywords>",
-                 "<talkid>1</talkid>"]
-        content = []
-        it = itertools.cycle(filler[lang])
-        for v in valid:
-            content += [next(it) for _ in range(iwslt14.VALID_EVERY - 1)] + [v]
-        content[0] = f"<title>{content[0]}</title>"
-        content[1] = f"<description>{content[1]}</description>"
-        write_lines(orig / f"train.tags.de-en.{lang}", lines + content)
+    orig = iwslt14_source(SHARED, root / "de-en", N_VALID)
     out = root / "bin"
     iwslt14.prepare(out, src=orig, vocab_size=2000)
     return out

@@ -2,14 +2,13 @@
 training sample (split into the three WMT'14 corpora, detokenized back to raw text) and
 the real newstest2013 / newstest2014 files."""
 
-import shutil
-
 import pytest
 
 from fairseq_sret.data import wmt14
-from fairseq_sret.data.io import read_lines, write_lines
-from fairseq_sret.data.text import moses_detokenize, sgm_segments
+from fairseq_sret.data.io import read_lines
+from fairseq_sret.data.text import sgm_segments
 from conftest import shared_path
+from recipe_sources import wmt14_source
 
 pytestmark = pytest.mark.slow
 
@@ -18,23 +17,8 @@ N_TRAIN = 3000
 
 @pytest.fixture(scope="module")
 def wmt_dir(tmp_path_factory):
-    data = shared_path("data/wmt14")
     root = tmp_path_factory.mktemp("wmt")
-    orig = root / "wmt14"
-    toy = {"en": read_lines(data / "toy_train_opennmt/src-train.txt")[:N_TRAIN],
-           "de": read_lines(data / "toy_train_opennmt/tgt-train.txt")[:N_TRAIN]}
-    corpora = ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"]
-    size = N_TRAIN // len(corpora)
-    for i, corpus in enumerate(corpora):
-        for lang in ("en", "de"):
-            raw = [moses_detokenize(x, lang) for x in toy[lang][i * size:(i + 1) * size]]
-            write_lines(orig / f"{corpus}.{lang}", raw)
-    (orig / "test-full").mkdir()
-    for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
-        shutil.copy(data / "sgm" / name, orig / "test-full" / name)
-    (orig / "dev").mkdir()
-    for lang in ("en", "de"):  # plain-text dev set, as in dev.tgz
-        shutil.copy(data / "plain" / f"newstest2013.{lang}", orig / "dev" / f"newstest2013.{lang}")
+    orig = wmt14_source(shared_path(), root / "wmt14", N_TRAIN)
     out = root / "bin"
     wmt14.prepare(out, src=orig, vocab_size=1000, input_sentence_size=0)
     return out

@@ -12,6 +12,7 @@
 #   MAX_EPOCH   training length (default 50; the paper does not state it)
 #   AVERAGE_LAST  evaluate the average of the last N epoch checkpoints (default 0: checkpoint_best.pt)
 #   EXTRA_ARGS  more fairseq-train arguments (e.g. "--fp16")
+#   EVAL_ARGS   more sret-evaluate arguments (e.g. "--subset valid --generate-args=--max-len-b=50")
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 py="${SRET_VENV:-$repo/.venv}/bin/python"
@@ -42,10 +43,11 @@ mkdir -p "$save_dir"
     --save-dir "$save_dir" --keep-last-epochs 10 \
     --log-format simple --log-interval 100 ${EXTRA_ARGS:-} 2>&1 | tee -a "$save_dir/train.log"
 
+# shellcheck disable=SC2086
 if [ "${AVERAGE_LAST:-0}" -gt 1 ]; then
     "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "$AVERAGE_LAST" \
-        --beam 5 --output-dir "$save_dir/eval"
+        --beam 5 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 else
     "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
-        --beam 5 --output-dir "$save_dir/eval"
+        --beam 5 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 fi

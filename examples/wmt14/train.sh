@@ -15,6 +15,7 @@
 #   MAX_UPDATE   training length (default 100000; the paper does not state it)
 #   AVERAGE_LAST update checkpoints to average for the evaluation (default 5; 1 = checkpoint_best.pt)
 #   EXTRA_ARGS   more fairseq-train arguments (e.g. "--fp16")
+#   EVAL_ARGS    more sret-evaluate arguments (e.g. "--subset valid --generate-args=--max-len-b=50")
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 py="${SRET_VENV:-$repo/.venv}/bin/python"
@@ -45,10 +46,11 @@ mkdir -p "$save_dir"
     --save-dir "$save_dir" --save-interval-updates 1000 --keep-interval-updates 10 --keep-last-epochs 2 \
     --log-format simple --log-interval 100 ${EXTRA_ARGS:-} 2>&1 | tee -a "$save_dir/train.log"
 
+# shellcheck disable=SC2086
 if [ "${AVERAGE_LAST:-5}" -gt 1 ]; then
     "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "${AVERAGE_LAST:-5}" \
-        --by-update --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval"
+        --by-update --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 else
     "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
-        --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval"
+        --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 fi
