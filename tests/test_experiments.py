@@ -149,6 +149,7 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     assert sorted(r["row"] for r in stored["earlier_runs"]) == ["sret", "transformer"]  # never lost
 
 
+@pytest.mark.e2e  # prepares the toy data-bin and runs the command
 def test_unknown_row_is_an_error(toy_bin, tmp_path):
     result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.experiments",
                              str(REPO / "examples/toy/experiments.yaml"), "--data", str(toy_bin),

@@ -253,6 +253,7 @@ def test_compiled_kernel_matches_eager_on_cuda(triton_kernels):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # ~7 s through the Triton interpreter on a CPU
 def test_triton_kernel_gradcheck_float64(triton_kernels):
     torch.manual_seed(0)
     x = torch.randn(5, 12, dtype=torch.float64, device=DEVICE, requires_grad=True)
