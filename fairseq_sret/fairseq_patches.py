@@ -87,6 +87,7 @@ from fairseq.tasks.fairseq_task import FairseqTask
 from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
+from .data.io import replacing
 from .nmt_checkpoints import allowed_checkpoint_globals, check_checkpoint_file, clear_load_error
 
 logger = logging.getLogger(__name__)
@@ -527,9 +528,8 @@ class AtomicCopyPathManager:
         folder = os.path.dirname(os.path.abspath(dst_path))
         if "://" in str(dst_path) or not os.path.isdir(folder) or (os.path.exists(dst_path) and not overwrite):
             return self._base.copy(src_path, dst_path, overwrite=overwrite)
-        tmp = os.path.join(folder, f".{os.path.basename(dst_path)}.{os.getpid()}.copy")
-        copied = self._base.copy(src_path, tmp, overwrite=True)
-        os.replace(tmp, dst_path)
+        with replacing(dst_path) as tmp:
+            copied = self._base.copy(src_path, str(tmp), overwrite=True)
         return copied
 
 

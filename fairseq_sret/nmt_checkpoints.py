@@ -31,6 +31,8 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 
+from .data.io import replacing
+
 #: The non-tensor globals fairseq-train writes into checkpoints: the run's argparse namespace.
 CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]
 
@@ -272,7 +274,6 @@ def save_checkpoint(state: dict, path) -> Path:
     """Write ``state`` to ``path`` atomically (a temporary file, then a rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, str(tmp))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        torch.save(state, str(tmp))
     return path

@@ -29,13 +29,31 @@ TRAIN = [
     "--max-update", str(MAX_UPDATE), "--save-interval-updates", "2", "--validate-interval-updates", "2",
     "--keep-interval-updates", "2", "--no-epoch-checkpoints",
 ]
-WRITING = (".tmp", ".copy")  # the temporary files of a checkpoint being written
+WRITING = (".tmp",)  # the temporary files of a checkpoint being written (fairseq's and ours)
 
 
 def test_checkpoint_copies_replace_their_target():
     from fairseq.file_io import PathManager
 
     assert not checkpoints_copied_in_place(AtomicCopyPathManager(PathManager))
+
+
+def test_replacing_swaps_in_a_new_file_or_leaves_the_old_one(tmp_path):
+    from fairseq_sret.data.io import replacing
+
+    target, link = tmp_path / "results.json", tmp_path / "link.json"
+    target.write_text("old")
+    os.link(target, link)
+    with replacing(target, sync=True) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.endswith(WRITING)
+        tmp.write_text("new")
+        assert target.read_text() == "old"  # nothing visible until the block ends
+    assert target.read_text() == "new" and link.read_text() == "old"  # a new file, not a rewrite
+    with pytest.raises(RuntimeError, match="killed"):
+        with replacing(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed while writing")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "results.json"]
 
 
 def start(argv, log: Path, cwd=None) -> subprocess.Popen:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from ..data.io import replacing
 from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
 
 USER_DIR = Path(__file__).resolve().parents[1]
@@ -89,13 +90,8 @@ def read_record(paths: RunPaths) -> dict:
 def write_text_atomically(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` so that a reader, or a process killed at any moment, sees
     the old file or the new one, never a part (a synced temporary file, then a rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    with replacing(path, sync=True) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_record(paths: RunPaths, record: dict) -> None:
