@@ -87,7 +87,7 @@ from fairseq.tasks.fairseq_task import FairseqTask
 from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
-from .data.io import replacing
+from .atomic_files import replacing
 from .nmt_checkpoints import allowed_checkpoint_globals, check_checkpoint_file, clear_load_error
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 
-from .data.io import replacing
+from .atomic_files import replacing
 
 #: The non-tensor globals fairseq-train writes into checkpoints: the run's argparse namespace.
 CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]

@@ -39,7 +39,7 @@ def test_checkpoint_copies_replace_their_target():
 
 
 def test_replacing_swaps_in_a_new_file_or_leaves_the_old_one(tmp_path):
-    from fairseq_sret.data.io import replacing
+    from fairseq_sret.atomic_files import replacing
 
     target, link = tmp_path / "results.json", tmp_path / "link.json"
     target.write_text("old")

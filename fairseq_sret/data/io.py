@@ -1,37 +1,17 @@
-"""Small file helpers: line I/O, progress messages, file lookup, atomic replacement."""
+"""Small file helpers shared by the recipes: line I/O, progress messages, file lookup."""
 
-import contextlib
 import gzip
 import os
 import zlib
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 
 def log(msg: str, prefix: str = "prepare") -> None:
     """Progress message on stderr (unbuffered, so it shows up in piped logs)."""
     print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def replacing(path, sync: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` to write; when the block ends without an
-    error, rename it over ``path`` (``sync``: flush it to the disk first). A reader, or a
-    process killed at any moment, sees the old file or the new one, never a part; on an
-    error the temporary file is removed and ``path`` is left as it was."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        yield tmp
-        if sync:
-            with open(tmp, "rb") as handle:
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def open_text(path, mode: str = "r"):

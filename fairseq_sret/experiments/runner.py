@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from ..data.io import replacing
+from ..atomic_files import replacing
 from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
 
 USER_DIR = Path(__file__).resolve().parents[1]
