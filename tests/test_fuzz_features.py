@@ -261,7 +261,8 @@ def test_fused_residual_lrc_layernorm_is_its_definition(inputs, eps, affine):
     if affine:  # drawn from the example itself, so that a failure reproduces
         params = torch.Generator().manual_seed(x.numel() * 97 + width)
         with torch.no_grad():
-            norm.weight.copy_(torch.randn(width, generator=params)), norm.bias.copy_(torch.randn(width, generator=params))
+            norm.weight.copy_(torch.randn(width, generator=params))
+            norm.bias.copy_(torch.randn(width, generator=params))
     res, normed = lrc_add_norm(x, y, skip, branch, norm)
     assert res.shape == normed.shape == x.shape and res.dtype == normed.dtype == dtype
 
@@ -299,7 +300,8 @@ def test_fused_residual_lrc_layernorm_is_its_definition(inputs, eps, affine):
             size = float(x.numel()) ** 0.5
             bound = tol * 4 * b.abs() + size * (tol * 8 * (1 + b.abs().max().item()) + per_row.max())
         excess = (a.double() - b).abs() - bound
-        assert excess.max().item() <= 0, f"gradient off by {(a.double() - b).abs().max().item():.3g} (bound exceeded by {excess.max().item():.3g})"
+        assert excess.max().item() <= 0, (f"gradient off by {(a.double() - b).abs().max().item():.3g}"
+                                          f" (bound exceeded by {excess.max().item():.3g})")
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ def run(cmd, env, timeout):
 
 
 @pytest.fixture
-def env(tmp_path):
+def env():
     venv = Path(sys.executable).parents[1]
     return dict(os.environ, SRET_VENV=str(venv), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                 PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -56,10 +56,11 @@ def trained(save_dir: Path):
     return arch, state["optimizer_history"][-1]["num_updates"]
 
 
-def results(save_dir: Path) -> dict:
+def evaluation(save_dir: Path):
+    """The recipe's evaluation report of the valid set, and its scores by name."""
     report = json.loads((save_dir / "eval" / "valid.results.json").read_text())
     assert report["sentences"] == len((save_dir / "eval" / "valid.hyp").read_text().splitlines())
-    return {r["name"]: r for r in report["scores"]}
+    return report, {r["name"]: r for r in report["scores"]}
 
 
 def test_iwslt14_recipe_prepares_trains_and_scores(tmp_path, env):
@@ -74,7 +75,7 @@ def test_iwslt14_recipe_prepares_trains_and_scores(tmp_path, env):
              EVAL_ARGS=EVAL_ARGS), timeout=900)
 
     assert trained(save_dir) == ("sret_transformer_iwslt_de_en", UPDATES)
-    scores = results(save_dir)
+    _, scores = evaluation(save_dir)
     # the valid set is cut from the training text: tokenized references only, so the
     # literature's tokenized BLEU alone (the test set adds the lowercased sacreBLEU)
     assert [name.split(" (")[0] for name in scores] == ["tokenized BLEU"], scores
@@ -95,10 +96,9 @@ def test_wmt14_recipe_prepares_trains_averages_and_scores(tmp_path, env):
 
     assert trained(save_dir) == ("sret_transformer_wmt_en_de", UPDATES)
     assert sorted(p.name for p in save_dir.glob("checkpoint_*_*.pt")) == ["checkpoint_1_1.pt", "checkpoint_1_2.pt"]
-    scores = results(save_dir)
+    report, scores = evaluation(save_dir)
     # detokenized cased sacreBLEU, compound-split tokenized BLEU, chrF
     assert [name.split(" (")[0] for name in scores] == ["sacreBLEU", "compound-split BLEU", "chrF2"], scores
     assert all("case:mixed" in r["signature"] for r in scores.values())
-    report = json.loads((save_dir / "eval" / "valid.results.json").read_text())
     assert Path(report["checkpoint"]).name == "checkpoint.avg2.pt"  # the average of the two update checkpoints
     assert all(0 <= r["score"] <= 100 for r in scores.values())
