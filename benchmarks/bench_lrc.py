@@ -10,7 +10,8 @@ x, y and both coefficients; the LayerNorm's weight and bias too in the "+ LayerN
 
   3op        ``s * x + b * y`` then ``layer_norm``: three element-wise kernels (the code before)
   one-op     ``torch.addcmul(s * x, b, y)`` with the lean backward (``fast_paths(fused="off")``)
-  fused      the Triton kernel (CUDA with Triton only): one kernel, LayerNorm included
+  fused      the Triton kernel (CUDA with Triton only; ``fast_paths(fused="on")``, since the
+             default keeps it for graph capture and compile): one kernel, LayerNorm included
   folded     ``x + y`` (a folded model's residual, inference only)
 
 All in this one process, round-robin, median of the rounds.
@@ -30,7 +31,7 @@ from fairseq_sret.core.fused import fused_kernels_active, lrc_add, lrc_add_norm
 
 SHAPES = {"SReT-T stage 1": (784, 64), "SReT-T stage 2": (196, 128), "SReT-S stage 1": (784, 126),
           "SReT-S stage 2": (196, 252)}
-MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(fused="off"), "fused": dict(fused="auto")}
+MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(fused="off"), "fused": dict(fused="on")}
 
 
 def parse_args(argv=None):
@@ -65,7 +66,9 @@ def main(argv=None):
     print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
           f" {clock_note(args.clock)}; batch {args.batch}, branch dtype {args.dtype}")
     probe = torch.zeros(1, device=device)
-    modes = [m for m in MODES if m != "fused" or fused_kernels_active(probe)]
+    with fast_paths(**MODES["fused"]):
+        fused_available = fused_kernels_active(probe)
+    modes = [m for m in MODES if m != "fused" or fused_available]
     if "fused" not in modes:
         print("fused: Triton kernel not active here (needs CUDA and Triton); rows omitted")
     rows = []

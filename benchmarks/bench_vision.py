@@ -22,7 +22,9 @@ comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
            the next capture's ``empty_cache`` unmapped them -> "illegal memory access")
   compile  cl + ``torch.compile`` (``--compile-mode``); compilation time is printed, not timed
   fold     ``fairseq_sret.core.fold_lrc`` (LRC folded into weights; infer only)
-  nofuse   no Triton kernel for residual + LRC + LayerNorm (``fast_paths(fused="off")``)
+  nofuse   no Triton kernel for residual + LRC + LayerNorm (``fast_paths(fused="off")``; the
+           default already leaves it out in eager mode, so this matters under graph/compile)
+  triton   the Triton kernel in eager mode too (``fast_paths(fused="on")``)
   packed   sliced attention always on packed groups, never the one-kernel masked path
            (``fast_paths(grouped_one_kernel=0)``; on CUDA SReT's 196-token stage takes it)
   nodnn    no oneDNN linear at CPU inference: PyTorch's linear, bias copy and separate
@@ -30,8 +32,8 @@ comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
   3op      the code before the fast paths: the LRC as three element-wise kernels, no Triton
            kernel, packed groups (``fast_paths(lrc_one_op=False, fused="off",
            grouped_one_kernel=0)``)
-e.g. ``--variants 3op nofuse eager fold fold+graph``. fold, nofuse, packed, nodnn and 3op only change
-our models.
+e.g. ``--variants 3op eager triton fold nofuse+graph``. fold, nofuse, triton, packed, nodnn and 3op
+only change our models.
 ``--compile MODEL ...`` adds ``compile`` for the named models (``--compile-variants`` sets which:
 default ``compile``, e.g. ``compile fold+compile``).
 
@@ -64,11 +66,12 @@ NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "sret_t_w
          "sret_s_wo_slice": "SReT-S w/o slice", "deit_tiny_patch16_224": "DeiT-T",
          "deit_small_patch16_224": "DeiT-S", "pit_ti_224": "PiT-Ti", "pit_s_224": "PiT-S"}
 TARGETS = {"infer": 1.0, "train": 0.8}
-TOKENS = ("fold", "nofuse", "packed", "nodnn", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
-OURS_ONLY = ("fold", "nofuse", "packed", "nodnn", "3op")
+TOKENS = ("fold", "nofuse", "triton", "packed", "nodnn", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
+OURS_ONLY = ("fold", "nofuse", "triton", "packed", "nodnn", "3op")
 # fast-path switches of the variant tokens (fairseq_sret.core.fast_paths)
 FAST_PATHS = {
     "nofuse": {"fused": "off"},
+    "triton": {"fused": "on"},
     "packed": {"grouped_one_kernel": 0},
     "nodnn": {"onednn_linear": False},
     "3op": {"lrc_one_op": False, "fused": "off", "grouped_one_kernel": 0},

@@ -9,12 +9,13 @@
 # Steps, in priority order, each `python -m benchmarks.NAME` from the repository root under
 # `timeout` (min of its own limit and the time left of BUDGET seconds, default 440):
 #   vision     before/after of every fast path on SReT-T, SReT-T w/o slice and SReT-S (3op = the
-#              code before: LRC as three kernels, no Triton, packed attention groups; nofuse = no
-#              Triton kernel; packed = no one-kernel attention; eager = everything; fold =
-#              fold_lrc), each against
+#              code before: LRC as three kernels, no Triton, packed attention groups; packed = no
+#              one-kernel attention; eager = the defaults (no Triton kernel in eager mode);
+#              triton = the Triton kernel in eager mode too; fold = fold_lrc), each against
 #              DeiT-T / DeiT-S eager; inference batch 256 + training batch 128, bf16 autocast;
 #              torch.profiler tables of SReT-T (eager and folded) and DeiT-T
-#   graph      CUDA graphs of SReT-T (eager, folded) and DeiT-T captured in ONE process (the
+#   graph      CUDA graphs of SReT-T (default: Triton kernel captured; nofuse; folded) and DeiT-T
+#              captured in ONE process (the
 #              condition of the first run's illegal memory access), against eager; then the first
 #              run's code (--graph-drop-references) in a process of its own, expected to fail
 #   attention  sliced attention module, G=8 vs G=1 over lengths 128-4096, and the one-kernel
@@ -105,10 +106,10 @@ if [[ "$SMOKE" == 1 ]]; then
     [[ "${SMOKE_COMPILE:-0}" == 1 ]] && COMPILE=(--smoke --models sret_t --variants eager --compile sret_t)
 else
     DEV=(--device cuda)
-    VISION=(--models sret_t deit_tiny_patch16_224 sret_t_wo_slice:eager,fold sret_s:3op,eager,fold
-            deit_small_patch16_224 --variants 3op nofuse packed eager fold --timm-variants eager
+    VISION=(--models sret_t deit_tiny_patch16_224 sret_t_wo_slice:eager,fold sret_s:3op,eager,triton,fold
+            deit_small_patch16_224 --variants 3op packed eager triton fold --timm-variants eager
             --warmup 3 --iters 10 --rounds 3 --time-budget 120 --profile sret_t sret_t:fold deit_tiny_patch16_224)
-    GRAPH=(--models sret_t deit_tiny_patch16_224 --modes infer --variants eager graph fold+graph
+    GRAPH=(--models sret_t deit_tiny_patch16_224 --modes infer --variants eager graph nofuse+graph fold+graph
            --timm-variants eager graph --warmup 3 --iters 10 --rounds 3 --time-budget 40)
     # batch 256 as in the first run: its 154 MB input is a segment of its own, which the second
     # capture's empty_cache returns to the driver once the first graph's input is freed
@@ -137,7 +138,7 @@ if (( ${#GRAPH[@]} )); then
     step graph 60 "$PY" -m benchmarks.bench_vision "${GRAPH[@]}" "${DEV[@]}"
     # the first run's code (only graph.replay kept): expected to end in "an illegal memory access"
     # (or NaN rows) once the second capture's empty_cache has unmapped the first graph's tensors
-    echo "--- graph: reproduction of the first run's bug (--graph-drop-references), expected to fail" >> "$OUT/graph.txt"
+    selected graph && echo "--- graph: reproduction of the first run's bug (--graph-drop-references), expected to fail" >> "$OUT/graph.txt"
     step graph 30 "$PY" -m benchmarks.bench_vision "${GRAPH_REPRO[@]}" --graph-drop-references
 fi
 

@@ -341,6 +341,28 @@ def test_kernel_not_used_with_hooks_or_unchecked_under_compile_or_export(triton_
     assert os.environ.get("SRET_DISABLE_TRITON", "0") != "1"
 
 
+def test_auto_mode_keeps_the_kernel_for_graph_capture_and_compile_not_eager(triton_kernels, monkeypatch):
+    # the tensors stand in for CUDA ones: "auto" and "on" differ only in eager mode
+    monkeypatch.setattr(fused, "_kernel_device", lambda x, mode: mode != "off")
+    monkeypatch.setattr(fused, "_KERNEL_OK", {})
+    norm = nn.LayerNorm(8).to(DEVICE)
+    x = torch.randn(4, 8, device=DEVICE)
+    key = (x.device.type, x.device.index)
+    with fast_paths(fused="auto"):
+        assert not fused._use_triton(x, x, norm)
+        assert fused._KERNEL_OK[key]  # checked in eager, so a later capture or compile may use it
+        monkeypatch.setattr(fused, "is_capturing_cuda_graph", lambda device: True)
+        assert fused._use_triton(x, x, norm)
+        monkeypatch.setattr(fused, "is_capturing_cuda_graph", lambda device: False)
+        monkeypatch.setattr(fused, "is_compiling", lambda: True)
+        assert fused._use_triton(x, x, norm)
+        monkeypatch.setattr(fused, "is_compiling", lambda: False)
+        res, out = lrc_add_norm(x, x, 0.5, None, norm)  # eager: the PyTorch path, exactly
+        assert torch.equal(res, 0.5 * x + x) and torch.equal(out, norm(0.5 * x + x))
+    with fast_paths(fused="on"):
+        assert fused._use_triton(x, x, norm)
+
+
 def test_broken_kernel_falls_back_to_pytorch_with_a_warning(triton_kernels, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no such device function")

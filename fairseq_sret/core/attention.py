@@ -25,10 +25,11 @@ STATIC_KV = "static_kv"
 # gathers) in every forward, while masked full attention over L tokens stays cheap.
 # The limits are where the one kernel stops being faster (docs/benchmarks.md): on the CPU
 # (one thread) it is 1.03-1.19x faster for unpadded L <= 32 and 1.12-1.31x for padded
-# L <= 128, with ties around 48-64 / 256; on CUDA, the H100 attention table has the packed
-# groups at 0.42x of G=1 for L=128 (G=8) and 1.21x for L=512.
+# L <= 128, with ties around 48-64 / 256; on an H100 (bf16, module forward+backward) the
+# one kernel is 0.83-1.43x unpadded up to L=256 (its forward 1.05-2.41x except 0.82-0.96x
+# at G=2, L=128-256) and 0.37-0.92x at L=512, and 1.53-1.98x for padded L <= 512.
 # ``fast_paths(grouped_one_kernel=N)`` sets both (0 = never).
-ONE_KERNEL_MAX_LENGTH = {"cpu": (32, 128), "cuda": (256, 256)}
+ONE_KERNEL_MAX_LENGTH = {"cpu": (32, 128), "cuda": (256, 512)}
 
 
 class SlicedGroupAttention(nn.Module):

@@ -7,7 +7,9 @@ The switches (:class:`FastPaths`):
 - ``lrc_one_op``: an LRC residual ``s * x + b * y`` as one ``addcmul`` with a lean backward
   (True) or as the three-kernel expression (:mod:`.fused`);
 - ``fused``: the Triton residual + LRC + LayerNorm kernel: :data:`FUSED_AUTO` (CUDA tensors
-  when Triton runs), :data:`FUSED_OFF` (never) or :data:`FUSED_FORCE` (CPU tensors too: tests
+  under ``torch.compile`` or a CUDA-graph capture, where its per-call host cost is paid once;
+  PyTorch in eager mode, which measured faster on an H100), :data:`FUSED_ON` (CUDA tensors,
+  eager mode too), :data:`FUSED_OFF` (never) or :data:`FUSED_FORCE` (CPU tensors too: tests
   under ``TRITON_INTERPRET=1``) (:mod:`.fused`);
 - ``grouped_one_kernel``: the longest sequence whose sliced attention runs as one masked
   kernel over the whole sequence instead of packed groups; None: the device's default
@@ -29,8 +31,8 @@ from typing import Iterator, Optional
 
 import torch
 
-FUSED_AUTO, FUSED_OFF, FUSED_FORCE = "auto", "off", "force"
-FUSED_MODES = (FUSED_AUTO, FUSED_OFF, FUSED_FORCE)
+FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE = "auto", "on", "off", "force"
+FUSED_MODES = (FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE)
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,9 @@ def is_exporting() -> bool:
     """True while ``torch.export`` (the ONNX exporter) traces: the exported program must hold
     only standard operators, so custom kernels give way to their PyTorch definition."""
     return torch.compiler.is_exporting()
+
+
+def is_capturing_cuda_graph(device) -> bool:
+    """True while a CUDA graph is being captured on ``device``'s current stream: what runs is
+    recorded, not executed, so nothing may be read back, cached or checked by running it."""
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()

@@ -10,8 +10,13 @@ both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=T
   * the Triton kernels (:mod:`._triton_kernels`: one kernel forward, one backward, plus
     tiny reductions for the parameter gradients) for CUDA tensors of rows up to
     :data:`MAX_FUSED_WIDTH` when Triton is importable and without module hooks on the
-    LayerNorm; under ``torch.compile`` too (they are ``torch.library`` operators the
-    compiler keeps), not under ``torch.export``;
+    LayerNorm, under ``torch.compile`` (they are ``torch.library`` operators the compiler
+    keeps; not under ``torch.export``) and while a CUDA graph is captured. Not in eager
+    mode by default: there each call costs ~0.27 ms of host time (the op's dispatch and
+    Triton's launch of a kernel with ~30 arguments), more than the kernel saves at SReT's
+    sizes (H100: the LRC + LayerNorm 0.52-0.59x of PyTorch at SReT-T's stream sizes, SReT-T
+    inference 4,569 against 9,782 images/s without it; ``docs/benchmarks.md``);
+    ``fast_paths(fused="on")`` uses them in eager mode too;
   * otherwise PyTorch: ``torch.addcmul(skip_scale * x, branch_scale, y)``, two element-wise
     kernels instead of three (the same products and sum; addcmul rounds ``b * y + s * x``
     once where the three-kernel form rounds twice), with a backward of two multiplies and
@@ -22,8 +27,8 @@ Python float (a constant, e.g. after :func:`fairseq_sret.core.fold_lrc`) or None
 
 :func:`fairseq_sret.core.config.fast_paths` switches the choices (benchmarks measure
 before/after in one process): ``lrc_one_op=False`` restores the three-kernel
-``skip_scale * x + branch_scale * y``; ``fused="off"`` never uses Triton, ``"force"`` uses it
-for CPU tensors too (tests, under ``TRITON_INTERPRET=1``). Triton stays optional
+``skip_scale * x + branch_scale * y``; ``fused="off"`` never uses Triton, ``"on"`` uses it in
+eager mode too, ``"force"`` for CPU tensors too (tests, under ``TRITON_INTERPRET=1``). Triton stays optional
 (``pip install fairseq-sret[kernels]``).
 """
 
@@ -37,7 +42,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules import module as _hooks
 
-from .config import FUSED_FORCE, FUSED_OFF, get_fast_paths, is_compiling, is_exporting
+from .config import (
+    FUSED_AUTO, FUSED_FORCE, FUSED_OFF, get_fast_paths, is_capturing_cuda_graph, is_compiling, is_exporting,
+)
 
 Scale = Union[None, float, Tensor]
 
@@ -142,7 +149,7 @@ def _kernels_work(device: torch.device) -> bool:
     key = (device.type, device.index)
     if key in _KERNEL_OK:
         return _KERNEL_OK[key]
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    if is_capturing_cuda_graph(device):
         return False
     ok = False
     try:
@@ -180,11 +187,16 @@ def _no_hooks(module: Optional[nn.Module]) -> bool:
     )
 
 
+def _kernel_device(x: Tensor, mode: str) -> bool:
+    """CUDA tensors; any device in ``force`` mode."""
+    return x.device.type == "cuda" or mode == FUSED_FORCE
+
+
 def _use_triton(x: Tensor, y: Tensor, norm: Optional[nn.LayerNorm] = None) -> bool:
     mode = get_fast_paths().fused
     if mode == FUSED_OFF:
         return False
-    if x.device.type != "cuda" and mode != FUSED_FORCE:
+    if not _kernel_device(x, mode):
         return False
     if x.shape != y.shape or x.device != y.device or not (x.is_floating_point() and y.is_floating_point()):
         return False
@@ -200,7 +212,14 @@ def _use_triton(x: Tensor, y: Tensor, norm: Optional[nn.LayerNorm] = None) -> bo
         # on this device (the check runs kernels, which a trace cannot); an exported program
         # holds only standard operators
         return not is_exporting() and _KERNEL_OK.get((x.device.type, x.device.index), False)
-    return triton_available() and _kernels_work(x.device)
+    if not triton_available():
+        return False
+    if mode == FUSED_AUTO and not is_capturing_cuda_graph(x.device):
+        # eager: the op's host cost per call exceeds what it saves (module docstring); the
+        # self-check still runs once here, so that a later capture or compile can use it
+        _kernels_work(x.device)
+        return False
+    return _kernels_work(x.device)
 
 
 def fused_kernels_active(x: Tensor) -> bool:

@@ -22,7 +22,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .config import is_compiling
+from .config import is_capturing_cuda_graph, is_compiling
 
 PARTITION_MODES = ("contiguous", "strided", "random")
 
@@ -171,10 +171,6 @@ def cached_group_mask(length: int, groups: int, mode: str, device: torch.device)
     return _cached(("mask", length, groups, mode), device, make)
 
 
-def _capturing(device) -> bool:
-    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def _cached(key: tuple, device, make):
     """Least-recently-used memo of small index/mask tensors, per device.
 
@@ -184,7 +180,7 @@ def _cached(key: tuple, device, make):
     one first made during capture would live in the graph's private memory pool). The
     tensors are then made in place, as part of the compiled or captured code.
     """
-    if is_compiling() or _capturing(device):
+    if is_compiling() or is_capturing_cuda_graph(device):
         return make()
     key = key + (torch.device(device),)
     hit = _CACHE.get(key)
