@@ -12,9 +12,9 @@ both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=T
     :data:`MAX_FUSED_WIDTH` when Triton is importable and without module hooks on the
     LayerNorm, under ``torch.compile`` (they are ``torch.library`` operators the compiler
     keeps; not under ``torch.export``) and while a CUDA graph is captured. Not in eager
-    mode by default: there each call costs ~0.27 ms of host time (the op's dispatch and
-    Triton's launch of a kernel with ~30 arguments), more than the kernel saves at SReT's
-    sizes (H100: the LRC + LayerNorm 0.52-0.59x of PyTorch at SReT-T's stream sizes, SReT-T
+    mode by default: there each call costs 0.25-0.42 ms of host time (the op's dispatch and
+    Triton's launch of a kernel with ~30 arguments) for ~30 us of GPU work, more than the
+    kernel saves at SReT's sizes (H100: the LRC + LayerNorm 0.52-0.59x of PyTorch at SReT-T's stream sizes, SReT-T
     inference 4,569 against 9,782 images/s without it; ``docs/benchmarks.md``);
     ``fast_paths(fused="on")`` uses them in eager mode too;
   * otherwise PyTorch: ``torch.addcmul(skip_scale * x, branch_scale, y)``, two element-wise
