@@ -65,6 +65,12 @@ def minimal(**changes):
     (minimal(train={"max_update": -1}), "max_update"),
     (minimal(train={"max_update": 5, "epochs": 3}), "unknown fields"),
     (minimal(eval={"checkpoints": ["middle"]}), "eval.checkpoints"),
+    (minimal(rows=[{"id": "u", "arch": "sret_transformer", "uptrain_from": "t"}]), "not an earlier row"),
+    (minimal(rows=[{"id": "t", "arch": "transformer"},
+                   {"id": "u", "arch": "sret_transformer", "uptrain_from": "t", "seeds": [1, 2]}]), r"has no seeds \[2\]"),
+    (minimal(rows=[{"id": "t", "arch": "transformer"},
+                   {"id": "u", "arch": "sret_transformer_tiny", "uptrain_from": "t"}]), "arch is sret_transformer"),
+    (minimal(rows=[{"id": "u", "arch": "t", "uptrain_args": "--recursions 2"}]), "uptrain_args without uptrain_from"),
 ])
 def test_bad_experiment_files_name_the_field(raw, message):
     with pytest.raises(ExperimentError, match=message):
@@ -147,6 +153,73 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     stored = json.loads((results / "toy.json").read_text())
     assert all(row["seeds_done"] == [] for row in stored["rows"])
     assert sorted(r["row"] for r in stored["earlier_runs"]) == ["sret", "transformer"]  # never lost
+
+
+UPTRAINING = """\
+name: toy_uptraining
+train:
+  args: >-
+    --share-all-embeddings --optimizer adam --adam-betas (0.9,0.98) --lr 3e-3
+    --lr-scheduler inverse_sqrt --warmup-updates 10 --criterion label_smoothed_cross_entropy
+    --label-smoothing 0.1 --max-tokens 1500 --num-workers 0
+  max_update: 30
+eval:
+  beam: 2
+  subsets: [test]
+  checkpoints: [last]
+rows:
+  - id: teacher
+    arch: transformer
+    args: >-
+      --encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32
+      --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2
+      --decoder-attention-heads 2 --encoder-normalize-before --decoder-normalize-before
+  - id: uptrained
+    arch: sret_transformer
+    uptrain_from: teacher
+    uptrain_args: --recursions 2
+    max_update: 20
+"""
+
+
+@pytest.mark.e2e
+def test_an_uptrained_row_waits_for_its_teacher_and_fine_tunes_its_conversion(toy_bin, tmp_path):
+    experiment = tmp_path / "uptraining.yaml"
+    experiment.write_text(UPTRAINING)
+    cmd = [sys.executable, "-m", "fairseq_sret.cli.experiments", str(experiment), "--data", str(toy_bin),
+           "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--cpu", "--jobs", "2"]
+    dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0 and "--finetune-from-model" in dry.stdout.splitlines()[1], dry.stderr[-2000:]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stderr
+    # two jobs allowed, yet the student starts only after its teacher has been trained
+    assert log.index("teacher/seed1: trained in") < log.index("uptrained/seed1: converted teacher/seed1")
+    assert log.index("uptrained/seed1: converted") < log.index("uptrained/seed1: training")
+    record = json.loads((tmp_path / "runs/uptrained/seed1/run.json").read_text())
+    options = record["uptrain"]["model_options"]
+    assert options[:2] == ["--arch", "sret_transformer"] and "--encoder-layers" in options
+    assert record["command"][record["command"].index("--finetune-from-model") + 1].endswith("uptrained.pt")
+    train_log = (tmp_path / "runs/uptrained/seed1/train.log").read_text()
+    assert "loading pretrained model from" in train_log and "uptrained.pt" in train_log
+    data = json.loads((tmp_path / "results/toy_uptraining.json").read_text())
+    rows = {r["id"]: r for r in data["rows"]}
+    assert rows["uptrained"]["seeds_done"] == [1] and rows["uptrained"]["applications"] == "2+2"
+    assert rows["uptrained"]["stats"]["params"]["mean"] < rows["teacher"]["stats"]["params"]["mean"]
+    assert data["runs"][1]["config"]["uptrain"] == {"from": "teacher", "args": ["--recursions", "2"]}
+
+
+@pytest.mark.e2e
+def test_an_uptrained_row_without_its_trained_teacher_fails_clearly(toy_bin, tmp_path):
+    experiment = tmp_path / "uptraining.yaml"
+    experiment.write_text(UPTRAINING)
+    result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.experiments", str(experiment),
+                             "--data", str(toy_bin), "--output", str(tmp_path / "runs"), "--results",
+                             str(tmp_path / "results"), "--cpu", "--rows", "uptrained"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "uptrained/seed1: uptraining FAILED" in result.stderr and "which is not done" in result.stderr
+    assert json.loads((tmp_path / "runs/uptrained/seed1/run.json").read_text())["status"] == "failed"
 
 
 @pytest.mark.e2e  # prepares the toy data-bin and runs the command

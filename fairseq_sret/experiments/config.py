@@ -28,6 +28,13 @@ and the rows; each row is an architecture with its flags and seeds::
         seeds: [1, 2, 3]
         max_update: 0                      # this row's own update cap (0: the schedule's)
         variants: [""]                     # the eval variants of this row (default: all)
+      - id: sret_uptrained
+        arch: sret_transformer             # required: the model is the conversion's
+        uptrain_from: transformer_4x4      # an earlier row: each seed starts from that
+        uptrain_args: --recursions 2       #   seed's checkpoint_last.pt, converted by
+                                           #   sret-uptrain with these flags, fine-tuned
+                                           #   (--finetune-from-model) with the model
+                                           #   options sret-uptrain prints, then args
 
 Every (row, seed) is one *run*. :func:`load_experiment` validates the file and expands it.
 """
@@ -79,6 +86,10 @@ class Row:
     max_update: int = 0
     #: the eval variants that apply to this row (None: all; "" is the model as trained)
     variants: Optional[List[str]] = None
+    #: uptraining: the row whose run of the same seed is converted by sret-uptrain
+    #: (``uptrain_args``) and fine-tuned; "" = trained from scratch
+    uptrain_from: str = ""
+    uptrain_args: List[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -221,7 +232,8 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     rows = []
     for i, item in enumerate(raw.get("rows") or []):
         at = f"{where}: rows[{i}]"
-        _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update", "variants"], at)
+        _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update", "variants",
+                           "uptrain_from", "uptrain_args"], at)
         row_variants = item.get("variants")
         if row_variants is not None:
             if not isinstance(row_variants, list):
@@ -235,12 +247,16 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
                 raise ExperimentError(f"{at}: '{key}' is required")
         if not _ID.match(str(item["id"])):
             raise ExperimentError(f"{at}: id {item['id']!r} must be letters, digits, '_', '.', '-'")
-        rows.append(Row(
+        row = Row(
             id=str(item["id"]), arch=str(item["arch"]), title=str(item.get("title", "")),
             args=_args(item.get("args"), f"{at}.args"),
             seeds=_seeds(item.get("seeds", default_seeds), f"{at}.seeds"), notes=str(item.get("notes", "")),
             max_update=_int(item.get("max_update", 0), f"{at}.max_update"), variants=row_variants,
-        ))
+            uptrain_from=str(item.get("uptrain_from") or ""),
+            uptrain_args=_args(item.get("uptrain_args"), f"{at}.uptrain_args"),
+        )
+        _check_uptraining(row, rows, at)
+        rows.append(row)
     if not rows:
         raise ExperimentError(f"{where}: no rows")
     ids = [r.id for r in rows]
@@ -250,6 +266,26 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
         name=str(name), path=path, title=str(raw.get("title", name)), data=raw.get("data"),
         schedule=schedule, evaluation=evaluation, rows=rows, notes=str(raw.get("notes", "")),
     )
+
+
+def _check_uptraining(row: Row, earlier: Sequence[Row], at: str) -> None:
+    """An uptrained row names an earlier row that has each of its seeds, and is an
+    ``sret_transformer`` (its model options are the conversion's)."""
+    if not row.uptrain_from:
+        if row.uptrain_args:
+            raise ExperimentError(f"{at}: uptrain_args without uptrain_from")
+        return
+    source = next((r for r in earlier if r.id == row.uptrain_from), None)
+    if source is None:
+        raise ExperimentError(f"{at}: uptrain_from {row.uptrain_from!r} is not an earlier row"
+                              f" (earlier rows: {[r.id for r in earlier]})")
+    missing = sorted(set(row.seeds) - set(source.seeds))
+    if missing:
+        raise ExperimentError(f"{at}: uptrain_from {row.uptrain_from!r} has no seeds {missing}: each seed"
+                              " starts from that seed's trained run")
+    if row.arch != "sret_transformer":
+        raise ExperimentError(f"{at}: an uptrained row's arch is sret_transformer (the converted model's"
+                              f" options come from sret-uptrain), got {row.arch!r}")
 
 
 def _unique_key_loader():
@@ -299,7 +335,8 @@ def describe(experiment: Experiment) -> Dict:
         "train": {"args": experiment.schedule.args, "max_epoch": experiment.schedule.max_epoch,
                   "max_update": experiment.schedule.max_update, "patience": experiment.schedule.patience},
         "eval": vars(experiment.evaluation),
-        "rows": [{"id": r.id, "title": r.label, "arch": r.arch, "args": r.args, "seeds": r.seeds, "notes": r.notes,
-                  "max_update": r.max_update or experiment.schedule.max_update}
+        "rows": [dict({"id": r.id, "title": r.label, "arch": r.arch, "args": r.args, "seeds": r.seeds,
+                       "notes": r.notes, "max_update": r.max_update or experiment.schedule.max_update},
+                      **({"uptrain_from": r.uptrain_from, "uptrain_args": r.uptrain_args} if r.uptrain_from else {}))
                  for r in experiment.rows],
     }

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -193,15 +194,27 @@ def check_data(experiment: Experiment, data) -> None:
                               f" (it has {sorted(meta['subsets'])})")
 
 
+#: what a dry run prints in place of an uptrained row's model options (known after conversion)
+UPTRAINED_MODEL_PLACEHOLDER = "<the model options sret-uptrain prints>"
+
+
 def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, cpu: bool = False,
-                  max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> List[str]:
-    """The fairseq-train command of ``run`` (the schedule's flags, then the row's)."""
+                  max_update: Optional[int] = None, max_epoch: Optional[int] = None,
+                  model_options: Optional[List[str]] = None) -> List[str]:
+    """The fairseq-train command of ``run`` (the schedule's flags, then the row's). An
+    uptrained row's model is ``model_options`` (sret-uptrain's ``--arch sret_transformer ...``),
+    fine-tuned from :func:`uptrained_checkpoint`."""
     schedule = experiment.schedule
     keep = max([int(m.group(1)) for m in map(AVERAGE.fullmatch, experiment.evaluation.checkpoints)
                 if m and not m.group(2)] or [1])
+    if run.row.uptrain_from:
+        model = [*(model_options or [UPTRAINED_MODEL_PLACEHOLDER]),
+                 "--finetune-from-model", str(uptrained_checkpoint(paths))]
+    else:
+        model = ["--arch", run.row.arch]
     cmd = [
         sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", str(USER_DIR),
-        "--arch", run.row.arch, *schedule.args, *run.row.args,
+        *model, *schedule.args, *run.row.args,
         "--seed", str(run.seed), "--save-dir", str(paths.checkpoints), "--keep-last-epochs", str(keep),
         "--log-format", "json", "--log-interval", "50", "--no-progress-bar",
     ]
@@ -219,11 +232,48 @@ def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, 
     return cmd
 
 
+def uptrained_checkpoint(paths: RunPaths) -> Path:
+    """Where an uptrained run keeps its converted starting point."""
+    return paths.root / "uptrained.pt"
+
+
+def teacher_paths(output, run: Run) -> RunPaths:
+    """The run an uptrained ``run`` starts from: its ``uptrain_from`` row, the same seed."""
+    return RunPaths(Path(output) / run.row.uptrain_from / f"seed{run.seed}")
+
+
+def convert_teacher(output, run: Run, paths: RunPaths, env: Optional[dict] = None) -> List[str]:
+    """Convert the teacher run's ``checkpoint_last.pt`` with ``sret-uptrain`` (the row's
+    ``uptrain_args``, the run's seed) into :func:`uptrained_checkpoint`; returns the model
+    options it prints. Raises ExperimentError, with sret-uptrain's message, when it fails."""
+    teacher = teacher_paths(output, run)
+    source = teacher.checkpoints / "checkpoint_last.pt"
+    status = read_record(teacher).get("status")
+    if status != "done":
+        raise ExperimentError(
+            f"{run.name} starts from {run.row.uptrain_from}/seed{run.seed}, which is not done in {teacher.root}"
+            f" (status {status or 'none'}): train it first in this output folder"
+        )
+    if not source.is_file():
+        raise ExperimentError(
+            f"{run.name} starts from {run.row.uptrain_from}/seed{run.seed}, whose {source} is missing:"
+            f" train that run first in this output folder (a results file holds no checkpoints)"
+        )
+    cmd = [sys.executable, "-m", "fairseq_sret.cli.uptrain", str(source), str(uptrained_checkpoint(paths)),
+           *run.row.uptrain_args, "--seed", str(run.seed), "--force"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        message = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ExperimentError(f"{run.name}: sret-uptrain failed (exit {proc.returncode}): {message}")
+    return shlex.split(lines[-1])
+
+
 def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = None,
                max_epoch: Optional[int] = None) -> dict:
     """What makes a run's numbers: a recorded run counts as done only for the same config."""
     schedule = experiment.schedule
-    return {
+    config = {
         "arch": run.row.arch, "args": [*schedule.args, *run.row.args], "seed": run.seed,
         "variants": run.row.variants,
         "max_update": (run.row.max_update or schedule.max_update) if max_update is None else max_update,
@@ -232,6 +282,9 @@ def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = Non
                  "subsets": list(experiment.evaluation.subsets), "checkpoints": list(experiment.evaluation.checkpoints),
                  "variants": dict(experiment.evaluation.variants)},
     }
+    if run.row.uptrain_from:
+        config["uptrain"] = {"from": run.row.uptrain_from, "args": list(run.row.uptrain_args)}
+    return config
 
 
 def finished_record(experiment: Experiment, run: Run, output, known: Optional[Dict[str, dict]] = None,
@@ -394,12 +447,33 @@ def run_experiment(
             log(f"time limit reached: {len(stopped)} runs not finished ({', '.join(stopped)});"
                 " run the same command again to continue")
             break
-        while pending and len(running) < max(1, jobs):
-            run = pending.pop(0)
+        while len(running) < max(1, jobs):
+            # an uptrained run waits for its teacher run when that is still to finish here
+            busy = {r.name for r in pending} | {item[0].name for item in running}
+            run = next((r for r in pending if not r.row.uptrain_from
+                        or f"{r.row.uptrain_from}/seed{r.seed}" not in busy), None)
+            if run is None:
+                break
+            pending.remove(run)
             paths = run_paths(output, run)
             paths.root.mkdir(parents=True, exist_ok=True)
-            cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch)
             record = read_record(paths)
+            model_options = None
+            if run.row.uptrain_from:
+                model_options = record.get("uptrain", {}).get("model_options")
+                if not (model_options and uptrained_checkpoint(paths).is_file()):
+                    try:
+                        model_options = convert_teacher(output, run, paths, env)
+                    except ExperimentError as exc:
+                        log(f"{run.name}: uptraining FAILED: {exc}")
+                        record.update(status="failed", row=run.row.id, seed=run.seed, error=str(exc))
+                        write_record(paths, record)
+                        failures.append(run.name)
+                        continue
+                    log(f"{run.name}: converted {run.row.uptrain_from}/seed{run.seed} with sret-uptrain")
+                record["uptrain"] = {"from": f"{run.row.uptrain_from}/seed{run.seed}", "model_options": model_options}
+            cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch,
+                                model_options=model_options)
             record.update(status="training", row=run.row.id, seed=run.seed, command=cmd[1:], jobs=jobs,
                           config=run_config(experiment, run, max_update, max_epoch))
             write_record(paths, record)
