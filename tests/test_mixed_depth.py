@@ -11,7 +11,9 @@ import torch
 
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.logging import metrics
-from fairseq_sret.core import DepthTerm, check_mixed_depth, mixed_depth_loss, parse_mixed_depth
+from fairseq_sret.core import (
+    DepthTerm, DepthWarmup, check_mixed_depth, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth,
+)
 from fairseq_sret.criterions.mixed_depth import MixedDepthLabelSmoothedCrossEntropy
 from test_depth import nmt, sample_batch, tiny_sret
 
@@ -51,8 +53,9 @@ def make_sample(task, **kw):
     }
 
 
-def criterion(task, mixed_depth=""):
-    return MixedDepthLabelSmoothedCrossEntropy(task, sentence_avg=False, label_smoothing=0.1, mixed_depth=mixed_depth)
+def criterion(task, mixed_depth="", depth_warmup=""):
+    return MixedDepthLabelSmoothedCrossEntropy(task, sentence_avg=False, label_smoothing=0.1, mixed_depth=mixed_depth,
+                                               depth_warmup=depth_warmup)
 
 
 def test_mixed_depth_off_is_the_plain_criterion_and_on_adds_the_weighted_shallow_losses():
@@ -109,6 +112,43 @@ def test_each_depths_loss_reaches_the_shared_weights_and_not_the_skipped_nlls():
     for name, g in mixed.items():  # one backward: the sum of both depths' gradients
         expected = full[name] + 0.5 * (shallow[name] if shallow[name] is not None else 0)
         assert torch.allclose(g, expected, atol=1e-5), name
+
+
+def test_parse_depth_warmup_forms_and_errors():
+    assert parse_depth_warmup("") is None and parse_depth_warmup(None) is None
+    assert parse_depth_warmup("1:400") == DepthWarmup((1,), 400)
+    assert parse_depth_warmup("1/2:30", sides=2) == DepthWarmup((1, 2), 30)
+    assert parse_depth_warmup("1:30", sides=2).active(29) and not parse_depth_warmup("1:30", sides=2).active(30)
+    for value, message in {"1": "DEPTH:UPDATES", "1:2,2:3": "DEPTH:UPDATES", "1:x": "integer", "1:0": "at least 1",
+                           "0:5": ">= 1", ":5": "DEPTH"}.items():
+        with pytest.raises(ValueError, match="--depth-warmup.*" + message):
+            parse_depth_warmup(value)
+
+
+def test_depth_warmup_trains_the_shallow_model_until_its_update_then_the_full_one():
+    torch.manual_seed(6)
+    model, task = nmt((2, 2), dropout=0.0, encoder_partition="contiguous,strided", decoder_partition="strided")
+    model.train()  # deterministic: no dropout, no random partition
+    sample = make_sample(task)
+    plain = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    with model.at_depth(1, 1):
+        shallow = plain(model, sample)[0]
+    full = plain(model, sample)[0]
+    assert not torch.allclose(shallow, full)
+    warm = criterion(task, depth_warmup="1:3")
+    mixed = criterion(task, "1:0.5", depth_warmup="1:3")
+    for updates, expected, expected_mixed in [(0, shallow, shallow), (2, shallow, shallow),
+                                              (3, full, full + 0.5 * shallow), (10, full, full + 0.5 * shallow)]:
+        model.set_num_updates(updates)  # what fairseq's task does before each training step
+        assert torch.allclose(warm(model, sample)[0], expected), updates
+        assert torch.allclose(mixed(model, sample)[0], expected_mixed), updates
+        assert model.depth == (2, 2)
+    model.set_num_updates(0)
+    model.eval()  # validation: always the full depth
+    with torch.no_grad():
+        assert torch.allclose(warm(model, sample)[0], plain(model, sample)[0])
+    with pytest.raises(ValueError, match="--depth-warmup.*full depth"):
+        criterion(task, depth_warmup="2:3")(model, sample)
 
 
 def test_mixed_depth_rejects_depths_the_model_does_not_have():

@@ -25,7 +25,9 @@ from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .fold import fold_lrc
 from .fused import lrc_add, lrc_add_norm
-from .mixed_depth import DepthTerm, check_mixed_depth, mixed_depth_loss, parse_mixed_depth
+from .mixed_depth import (
+    DepthTerm, DepthWarmup, check_mixed_depth, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth,
+)
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive
 from .residual import FoldedResidual, LearnableResidual
@@ -34,6 +36,7 @@ from .schedule import RecursionSchedule, RecursionStep, check_depth
 __all__ = [
     "DepthControl",
     "DepthTerm",
+    "DepthWarmup",
     "DropPath",
     "FeedForward",
     "FoldedResidual",
@@ -55,6 +58,7 @@ __all__ = [
     "lrc_add",
     "lrc_add_norm",
     "mixed_depth_loss",
+    "parse_depth_warmup",
     "parse_mixed_depth",
     "reorder_cache",
     "set_depth",

@@ -12,6 +12,12 @@ the model by :func:`check_mixed_depth`::
     --mixed-depth 1:0.3,2:0.5    two shallower depths
     --mixed-depth 1              weight 1 (the paper sums the branches' losses)
     --mixed-depth 1/2:0.5        translation: encoder depth 1, decoder depth 2
+
+Beyond the paper, a depth warm-up (:func:`parse_depth_warmup`): the first updates train only
+a shallower network of the same weights, which costs a fraction of a full-depth update,
+then training goes on at the full depth (with the mixed-depth terms, if any)::
+
+    --depth-warmup 1:400         the first 400 updates at depth 1
 """
 
 import math
@@ -81,6 +87,37 @@ def parse_mixed_depth(value, sides: int = 1, option: str = "--mixed-depth") -> T
             raise ValueError(f"{option}: depth {depth_text!r} is listed twice in {value!r}")
         terms.append(term)
     return tuple(terms)
+
+
+@dataclass(frozen=True)
+class DepthWarmup:
+    """Train only at ``depths`` (per side) for the first ``updates`` updates."""
+
+    depths: Tuple[int, ...]
+    updates: int
+
+    def active(self, num_updates: int) -> bool:
+        return num_updates < self.updates
+
+
+def parse_depth_warmup(value, sides: int = 1, option: str = "--depth-warmup") -> "DepthWarmup | None":
+    """``"1:400"`` -> depth 1 for the first 400 updates (``ENC/DEC:UPDATES`` with ``sides=2``);
+    ``""``/None -> no warm-up. Errors are ValueErrors naming ``option``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str) or "," in value or ":" not in value:
+        raise ValueError(f"{option} is DEPTH:UPDATES, e.g. '1:400', got {value!r}")
+    depth_text, _, updates_text = value.strip().partition(":")
+    if not depth_text.strip():
+        raise ValueError(f"{option} is DEPTH:UPDATES, e.g. '1:400': no DEPTH in {value!r}")
+    (term,) = parse_mixed_depth(depth_text, sides=sides, option=option)
+    try:
+        updates = int(updates_text)
+    except ValueError:
+        raise ValueError(f"{option}: the updates must be an integer, got {updates_text!r} in {value!r}") from None
+    if updates < 1:
+        raise ValueError(f"{option}: the updates must be at least 1, got {updates} in {value!r}")
+    return DepthWarmup(term.depths, updates)
 
 
 def check_mixed_depth(

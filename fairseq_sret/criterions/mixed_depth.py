@@ -28,7 +28,9 @@ from fairseq.logging import metrics
 from torch import nn
 
 from ..core.depth import DepthControl
-from ..core.mixed_depth import DepthTerm, check_mixed_depth, mixed_depth_loss, parse_mixed_depth
+from ..core.mixed_depth import (
+    DepthTerm, check_mixed_depth, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth,
+)
 
 PREFIX = "loss_depth"
 
@@ -49,6 +51,13 @@ class MixedDepthLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriteri
                   " model run with one application per layer; 'ENC/DEC:W' gives the encoder and"
                   " decoder depths separately ('1/2:0.5'). Empty: plain label-smoothed CE"},
     )
+    depth_warmup: str = field(
+        default="",
+        metadata={"help": "DEPTH:UPDATES: the first UPDATES updates train only the model run at"
+                  " DEPTH (fewer layer applications, so cheaper updates), then the full depth"
+                  " (and the --mixed-depth terms); 'ENC/DEC:UPDATES' per side. Validation is"
+                  " always at the full depth. Empty: none"},
+    )
 
 
 @register_criterion(
@@ -59,9 +68,10 @@ class MixedDepthLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     losses of shallower outputs of the same weights (``--mixed-depth``)."""
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
-                 mixed_depth=""):
+                 mixed_depth="", depth_warmup=""):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self.terms: Tuple[DepthTerm, ...] = parse_mixed_depth(mixed_depth, sides=2)
+        self.warmup = parse_depth_warmup(depth_warmup, sides=2)
         self._checked = None
 
     def check_model(self, model) -> Tuple[int, int]:
@@ -71,14 +81,23 @@ class MixedDepthLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
         full = model.recursions
         if self._checked != full:
             check_mixed_depth(self.terms, full, sides=("the encoder", "the decoder"))
+            if self.warmup is not None:
+                check_mixed_depth([DepthTerm(self.warmup.depths)], full, sides=("the encoder", "the decoder"),
+                                  option="--depth-warmup")
             self._checked = full
         return full
 
     def forward(self, model, sample, reduce=True):
-        if not self.terms:
+        if not self.terms and self.warmup is None:
             return super().forward(model, sample, reduce=reduce)
         inner = unwrap(model)
         self.check_model(inner)
+        # the trainer tells the model its update count before each training step
+        if self.warmup is not None and model.training and self.warmup.active(getattr(inner, "num_updates", 0)):
+            with inner.at_depth(*self.warmup.depths):
+                return super().forward(model, sample, reduce=reduce)
+        if not self.terms:
+            return super().forward(model, sample, reduce=reduce)
         with inner.at_depth():  # the full depth, through the (data-parallel) wrapper
             loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
 

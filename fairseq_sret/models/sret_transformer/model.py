@@ -48,9 +48,16 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     applications is layers x recursions.
     """
 
+    #: the trainer's update count, set before every training step (read by ``--depth-warmup``)
+    num_updates: int = 0
+
     @classmethod
     def hub_models(cls):
         return {}
+
+    def set_num_updates(self, num_updates):
+        super().set_num_updates(num_updates)
+        self.num_updates = num_updates
 
     @classmethod
     def add_args(cls, parser):
