@@ -103,7 +103,13 @@ class Run:
 
     @property
     def name(self) -> str:
+        """``ROW/seedS``, also the run's folder under the output folder."""
         return f"{self.row.id}/seed{self.seed}"
+
+    @property
+    def teacher_name(self) -> str:
+        """The name of the run an uptrained run starts from ("" when trained from scratch)."""
+        return f"{self.row.uptrain_from}/seed{self.seed}" if self.row.uptrain_from else ""
 
 
 @dataclass(frozen=True)

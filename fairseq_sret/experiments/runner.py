@@ -79,7 +79,7 @@ class RunPaths:
 
 
 def run_paths(output: Path, run: Run) -> RunPaths:
-    return RunPaths(Path(output) / run.row.id / f"seed{run.seed}")
+    return RunPaths(Path(output) / run.name)
 
 
 def read_record(paths: RunPaths) -> dict:
@@ -239,7 +239,7 @@ def uptrained_checkpoint(paths: RunPaths) -> Path:
 
 def teacher_paths(output, run: Run) -> RunPaths:
     """The run an uptrained ``run`` starts from: its ``uptrain_from`` row, the same seed."""
-    return RunPaths(Path(output) / run.row.uptrain_from / f"seed{run.seed}")
+    return RunPaths(Path(output) / run.teacher_name)
 
 
 def convert_teacher(output, run: Run, paths: RunPaths, env: Optional[dict] = None) -> List[str]:
@@ -251,12 +251,12 @@ def convert_teacher(output, run: Run, paths: RunPaths, env: Optional[dict] = Non
     status = read_record(teacher).get("status")
     if status != "done":
         raise ExperimentError(
-            f"{run.name} starts from {run.row.uptrain_from}/seed{run.seed}, which is not done in {teacher.root}"
+            f"{run.name} starts from {run.teacher_name}, which is not done in {teacher.root}"
             f" (status {status or 'none'}): train it first in this output folder"
         )
     if not source.is_file():
         raise ExperimentError(
-            f"{run.name} starts from {run.row.uptrain_from}/seed{run.seed}, whose {source} is missing:"
+            f"{run.name} starts from {run.teacher_name}, whose {source} is missing:"
             f" train that run first in this output folder (a results file holds no checkpoints)"
         )
     cmd = [sys.executable, "-m", "fairseq_sret.cli.uptrain", str(source), str(uptrained_checkpoint(paths)),
@@ -450,8 +450,7 @@ def run_experiment(
         while len(running) < max(1, jobs):
             # an uptrained run waits for its teacher run when that is still to finish here
             busy = {r.name for r in pending} | {item[0].name for item in running}
-            run = next((r for r in pending if not r.row.uptrain_from
-                        or f"{r.row.uptrain_from}/seed{r.seed}" not in busy), None)
+            run = next((r for r in pending if r.teacher_name not in busy), None)
             if run is None:
                 break
             pending.remove(run)
@@ -470,8 +469,8 @@ def run_experiment(
                         write_record(paths, record)
                         failures.append(run.name)
                         continue
-                    log(f"{run.name}: converted {run.row.uptrain_from}/seed{run.seed} with sret-uptrain")
-                record["uptrain"] = {"from": f"{run.row.uptrain_from}/seed{run.seed}", "model_options": model_options}
+                    log(f"{run.name}: converted {run.teacher_name} with sret-uptrain")
+                record["uptrain"] = {"from": run.teacher_name, "model_options": model_options}
             cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch,
                                 model_options=model_options)
             record.update(status="training", row=run.row.id, seed=run.seed, command=cmd[1:], jobs=jobs,
