@@ -1,4 +1,4 @@
-"""Translation on the CPU in fp32 and in bf16 autocast (``--bf16``), in one process.
+"""Translation on the CPU in fp32 and in bf16 (``--bf16``), in one process.
 
     python -m benchmarks.bench_cpu_bf16 --threads 1            # the quick start's model
     python -m benchmarks.bench_cpu_bf16 --smoke                # harness check (CI)
@@ -7,8 +7,8 @@ The quick start's architecture (``sret_transformer_tiny``, ``--share-all-embeddi
 random weights and the Multi30k quick start's joined dictionary size (7,796 entries) on
 synthetic left-padded batches. Decoding goes the way ``fairseq-generate --cpu [--bf16]``
 goes: the model is prepared with ``prepare_for_inference_(cfg)`` and decoded by
-``task.inference_step`` (where :mod:`fairseq_sret.fairseq_patches` turns ``--bf16`` into
-``torch.autocast("cpu", torch.bfloat16)``), beam ``--beam``, every hypothesis forced to
+``task.inference_step`` (:mod:`fairseq_sret.fairseq_patches` makes ``prepare_for_inference_``
+cast the model to bf16 for ``--bf16``, as fairseq casts it to fp16 for ``--fp16``), beam ``--beam``, every hypothesis forced to
 ``--tgt-len`` tokens so both precisions decode the same steps. Training: one update
 (forward, label-smoothed loss, backward, Adam) in fp32 and under CPU bf16 autocast with
 fp32 weights, which is what ``fairseq-train --cpu --bf16`` runs.

@@ -120,7 +120,7 @@ def test_a_finished_run_started_again_keeps_its_checkpoint(launcher, tmp_path):
 def test_cpu_bf16_generation_defect_without_the_patch():
     prepare = fairseq_patches.BaseFairseqModel.prepare_for_inference_
     inference_step = fairseq_patches.FairseqTask.inference_step
-    assert fairseq_patches.fairseq_ignores_bf16_in_generation(prepare.__wrapped__, inference_step.__wrapped__)
+    assert fairseq_patches.fairseq_ignores_bf16_in_generation(prepare.__wrapped__, inference_step)
     assert not fairseq_patches.fairseq_ignores_bf16_in_generation(prepare, inference_step)
 
 
@@ -144,15 +144,13 @@ def _hub(model, dictionary, bf16):
 
 
 @native_bf16
-def test_hub_generation_runs_bf16_autocast_and_scores_like_fp32():
+def test_hub_generation_runs_in_bf16_and_scores_like_fp32():
     torch.manual_seed(0)
     model, task = build("sret_transformer_tiny", **SMALL)
     d = task.source_dictionary
     fp32, bf16 = _hub(model, d, bf16=False), _hub(model, d, bf16=True)
-    assert all(p.dtype == torch.float32 for p in bf16.parameters())
-    autocast = []
-    bf16.models[0].encoder.embed_tokens.register_forward_hook(
-        lambda *_: autocast.append(torch.is_autocast_enabled("cpu")))
+    assert {p.dtype for p in fp32.parameters()} == {torch.float32}
+    assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
     differences = []
     for n in (3, 6, 9, 12):
         source = torch.cat([torch.randint(d.nspecial, len(d), (n,)), torch.tensor([d.eos()])]).unsqueeze(0)
@@ -162,10 +160,10 @@ def test_hub_generation_runs_bf16_autocast_and_scores_like_fp32():
         forced = bf16.generate(source, beam=5, max_len_b=12,
                                inference_step_args={"prefix_tokens": prefix.unsqueeze(0)})[0][0]
         assert torch.equal(forced["tokens"][: len(prefix)], prefix)
+        assert forced["positional_scores"].dtype == torch.float32  # fairseq's search scores in fp32
         differences.append((forced["positional_scores"][: len(prefix)] - best["positional_scores"][: len(prefix)]).abs())
-    assert autocast and all(autocast)
     largest = torch.cat(differences).max().item()
-    assert 0 < largest < 0.05, largest  # computed in bf16 (not bit-identical), within bf16's rounding
+    assert 0 < largest < 0.1, largest  # computed in bf16 (not bit-identical), within bf16's rounding
 
 
 def test_bf16_without_native_bf16_stops_with_a_clear_message(monkeypatch):
