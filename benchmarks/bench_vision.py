@@ -8,8 +8,9 @@
 Two modes, each measured for every model and variant in this one process (round-robin
 rounds, median): ``infer`` (``torch.no_grad``, batch ``--batch-infer``) and ``train`` (one
 step: forward, cross-entropy, backward, AdamW step; batch ``--batch-train``), both under
-autocast (bfloat16 on CUDA by default; float32 on CPU). Synthetic inputs already on the
-device: this measures the model, not a data pipeline.
+autocast (bfloat16 on CUDA by default; float32 on CPU), or inference with the weights and
+the input cast to ``--model-dtype`` (no autocast, as timm's ``benchmark.py --model-dtype``).
+Synthetic inputs already on the device: this measures the model, not a data pipeline.
 
 Variants (``--variants``, each applied to every model; timm models too, so that the
 comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
@@ -124,6 +125,9 @@ def parse_args(argv=None):
     p.add_argument("--img-size", type=int, default=224)
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto",
                    help="autocast dtype; auto = bfloat16 on CUDA, float32 (no autocast) on CPU")
+    p.add_argument("--model-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="weights and input in this dtype, no autocast (timm benchmark.py's --model-dtype);"
+                        " inference only")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
@@ -148,6 +152,11 @@ def parse_args(argv=None):
                         " and output are freed after capture); for compute-sanitizer, in a process of its own")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, seconds (harness check)")
     args = p.parse_args(argv)
+    if args.model_dtype != "float32":
+        if args.dtype not in ("auto", "float32"):
+            p.error("--model-dtype and --dtype (autocast) exclude each other: the weights already set the precision")
+        if "train" in args.modes:
+            p.error("--model-dtype is for inference: add --modes infer (training keeps float32 master weights)")
     if args.smoke:
         args.device = "cpu" if args.device == "auto" else args.device
         if args.models == OURS + TIMM:  # not given
@@ -212,9 +221,11 @@ class Variant:
         if "fold" in self.tokens:
             if self.mode != "infer":
                 raise RuntimeError("fold: inference only")
-            model = fold_lrc(model, inplace=True)
+            model = fold_lrc(model, inplace=True)  # in float32, before any cast
+        model_dtype = getattr(torch, args.model_dtype)
+        model = model.to(model_dtype)
         batch = args.batch_infer if self.mode == "infer" else args.batch_train
-        x = torch.randn(batch, 3, args.img_size, args.img_size, device=device)
+        x = torch.randn(batch, 3, args.img_size, args.img_size, device=device, dtype=model_dtype)
         channels_last = bool(self.tokens & {"cl", "graph", "compile"})
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -392,7 +403,9 @@ def run_mode(mode, args, device, dtype, deadline):
         ])
     ref_label = NAMES.get(ref_name, ref_name)
     what = "inference (no_grad)" if mode == "infer" else "training step (fwd + bwd + AdamW)"
-    prec = str(dtype).replace("torch.", "") + " autocast" if dtype is not None else "float32"
+    prec = str(dtype).replace("torch.", "") + " autocast" if dtype is not None else args.model_dtype
+    if args.model_dtype != "float32":
+        prec += " weights"
     print_table(
         f"vision {what}: images/s ({device.type}, {prec}, {args.img_size}x{args.img_size}, batch {batch})",
         ["model", "variant", "batch", "images/s", "vs own eager", f"vs {ref_label} eager", f"vs {ref_label} same variant",

@@ -123,6 +123,22 @@ def test_bench_vision_variants_and_fold_smoke():
     assert variants == ["3op", "nofuse", "eager", "fold"], out
 
 
+def test_bench_vision_model_dtype_smoke():
+    out = run_script("bench_vision", "--models", "sret_t:eager,fold", "--modes", "infer", "--model-dtype", "bfloat16")
+    assert "(cpu, bfloat16 weights, 64x64, batch 2)" in out, out
+    assert [r.split("|")[2].strip() for r in rows(out, "SReT-T")] == ["eager", "fold"], out
+
+
+def test_bench_vision_model_dtype_is_for_inference_without_autocast():
+    from benchmarks.bench_vision import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--model-dtype", "bfloat16"])  # training not excluded
+    with pytest.raises(SystemExit):
+        parse_args(["--model-dtype", "bfloat16", "--modes", "infer", "--dtype", "bfloat16"])
+    assert parse_args(["--model-dtype", "bfloat16", "--modes", "infer"]).model_dtype == "bfloat16"
+
+
 def test_bench_vision_variant_names():
     from benchmarks.bench_vision import hardware_variant, variant_tokens
 
