@@ -44,7 +44,8 @@ setup(
         # timm's DeiT and PiT for benchmarks.bench_vision. timm imports torchvision, and the
         # package index's torchvision wheels are CUDA builds that fail to import beside a
         # CPU-only torch (torch 2.13.0+cpu here): on such a machine the comparison needs a
-        # torch and torchvision of one build (a CUDA build of torch also runs on the CPU)
+        # torch and torchvision of one build, e.g. torch==2.14.1 torchvision==0.29.1 in a
+        # separate environment (a CUDA build of torch also runs on the CPU)
         "bench": ["timm"],
     },
     entry_points={
