@@ -33,8 +33,10 @@ comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
   3op      the code before the fast paths: the LRC as three element-wise kernels, no Triton
            kernel, packed groups (``fast_paths(lrc_one_op=False, fused="off",
            grouped_one_kernel=0)``)
-e.g. ``--variants 3op eager triton fold nofuse+graph``. fold, nofuse, triton, packed, nodnn and 3op
-only change our models.
+  stembn   the stem's BatchNorm as its own call at eval (a no-op hook on each, the code before
+           ``ConvBNReLU`` folded it into the convolution)
+e.g. ``--variants 3op eager triton fold nofuse+graph``. fold, nofuse, triton, packed, nodnn, 3op and
+stembn only change our models.
 ``--compile MODEL ...`` adds ``compile`` for the named models (``--compile-variants`` sets which:
 default ``compile``, e.g. ``compile fold+compile``).
 
@@ -60,6 +62,7 @@ from benchmarks.common import (
 )
 from fairseq_sret.core import fast_paths, fold_lrc
 from fairseq_sret.vision import create_model, is_model
+from fairseq_sret.vision.sret import ConvBNReLU
 
 OURS = ["sret_t", "sret_tl", "sret_s"]
 TIMM = ["deit_tiny_patch16_224", "deit_small_patch16_224", "pit_ti_224", "pit_s_224"]
@@ -67,8 +70,8 @@ NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "sret_t_w
          "sret_s_wo_slice": "SReT-S w/o slice", "deit_tiny_patch16_224": "DeiT-T",
          "deit_small_patch16_224": "DeiT-S", "pit_ti_224": "PiT-Ti", "pit_s_224": "PiT-S"}
 TARGETS = {"infer": 1.0, "train": 0.8}
-TOKENS = ("fold", "nofuse", "triton", "packed", "nodnn", "3op", "cl", "graph", "compile")  # a label lists its tokens in this order
-OURS_ONLY = ("fold", "nofuse", "triton", "packed", "nodnn", "3op")
+TOKENS = ("fold", "nofuse", "triton", "packed", "nodnn", "3op", "stembn", "cl", "graph", "compile")  # a label lists its tokens in this order
+OURS_ONLY = ("fold", "nofuse", "triton", "packed", "nodnn", "3op", "stembn")
 # fast-path switches of the variant tokens (fairseq_sret.core.fast_paths)
 FAST_PATHS = {
     "nofuse": {"fused": "off"},
@@ -222,6 +225,10 @@ class Variant:
             if self.mode != "infer":
                 raise RuntimeError("fold: inference only")
             model = fold_lrc(model, inplace=True)  # in float32, before any cast
+        if "stembn" in self.tokens:
+            for layer in model.modules():
+                if isinstance(layer, ConvBNReLU):
+                    layer.norm.register_forward_hook(lambda *_: None)
         model_dtype = getattr(torch, args.model_dtype)
         model = model.to(model_dtype)
         batch = args.batch_infer if self.mode == "infer" else args.batch_train

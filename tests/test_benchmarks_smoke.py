@@ -144,6 +144,7 @@ def test_bench_vision_variant_names():
 
     assert variant_tokens("eager") == set() and variant_tokens("fold+graph") == {"fold", "graph"}
     assert hardware_variant("fold+compile") == "compile" and hardware_variant("3op") == "eager"
+    assert hardware_variant("stembn") == "eager"
     assert hardware_variant("triton+graph") == "graph" and variant_tokens("nofuse+graph") == {"nofuse", "graph"}
     with pytest.raises(ValueError, match="unknown variant"):
         variant_tokens("fast")

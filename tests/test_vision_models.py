@@ -115,6 +115,35 @@ def test_shape_stem_pooling_and_head():
     assert model.pools[0].conv.groups == 16 and model.pools[0].conv.stride == (2, 2)
 
 
+def test_eval_stem_folds_batch_norm_into_the_convolution():
+    from fairseq_sret.vision.sret import ConvBNReLU
+
+    torch.manual_seed(0)
+    layer = ConvBNReLU(3, 8)
+    layer.train()
+    for _ in range(3):  # running statistics away from their initial 0 / 1
+        layer(torch.randn(4, 3, 16, 16) * 2 + 1)
+    with torch.no_grad():
+        layer.norm.weight.uniform_(-2, 2)
+        layer.norm.bias.uniform_(-1, 1)
+    layer.eval()
+    x = torch.randn(2, 3, 16, 16, requires_grad=True)
+    calls = []
+    hook = layer.norm.register_forward_hook(lambda *_: calls.append(1))
+    reference = layer(x)  # a hook keeps conv, BatchNorm and ReLU as three calls
+    hook.remove()
+    assert calls == [1]
+    reference_grads = torch.autograd.grad(reference.square().sum(), [x, layer.conv.weight, layer.norm.weight])
+    folded = layer(x)
+    torch.testing.assert_close(folded, reference, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(folded.square().sum(), [x, layer.conv.weight, layer.norm.weight])
+    for got, want in zip(grads, reference_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    running = layer.norm.running_mean.clone()
+    layer(x)
+    assert torch.equal(layer.norm.running_mean, running)  # eval: statistics untouched
+
+
 def test_recursion_reuses_the_shared_block_with_recursion_index():
     model = small_sret().eval()
     rec = model.stages[0].blocks[0]

@@ -105,11 +105,37 @@ class SReTConfig:
 
 
 class ConvBNReLU(nn.Sequential):
+    """3x3 stride-2 convolution, BatchNorm, ReLU: (B, C_in, H, W) -> (B, C_out, H/2, W/2).
+
+    In eval mode the BatchNorm is an affine map of its running statistics, so it is folded
+    into the convolution on the fly (``w * g / sqrt(var + eps)``, ``(b - mean) * g /
+    sqrt(var + eps) + beta``): one convolution and an in-place ReLU instead of three passes
+    over the stem's largest activations. The parameters and the state dict are unchanged; a
+    hook on the convolution or the BatchNorm keeps the three separate calls.
+    """
+
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.conv = nn.Conv2d(in_dim, out_dim, kernel_size=3, stride=2, padding=1, bias=True)
         self.norm = nn.BatchNorm2d(out_dim)
         self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        conv, norm = self.conv, self.norm
+        if self.training or norm.running_var is None or _has_hooks(conv) or _has_hooks(norm):
+            return super().forward(x)
+        scale = torch.rsqrt(norm.running_var + norm.eps)
+        if norm.weight is not None:
+            scale = scale * norm.weight
+        bias = -norm.running_mean * scale if conv.bias is None else (conv.bias - norm.running_mean) * scale
+        if norm.bias is not None:
+            bias = bias + norm.bias
+        weight = conv.weight * scale.reshape(-1, 1, 1, 1).to(conv.weight.dtype)
+        return F.relu(conv._conv_forward(x, weight, bias.to(conv.weight.dtype)), inplace=True)
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
 
 
 class ConvStem(nn.Sequential):
