@@ -57,7 +57,9 @@ def onednn_linear_available() -> bool:
         return False
 
 
-def _no_hooks(layer: nn.Module) -> bool:
+def no_forward_hooks(layer: nn.Module) -> bool:
+    """No forward (pre-)hook on ``layer`` nor a global one: a fast path that skips the
+    module's call may run without hiding anything from a hook."""
     return not (layer._forward_hooks or layer._forward_pre_hooks or _hooks._global_forward_hooks
                 or _hooks._global_forward_pre_hooks)
 
@@ -72,7 +74,7 @@ def _use_onednn(x: Tensor, layer: nn.Linear) -> bool:
         get_fast_paths().onednn_linear and x.device.type == "cpu" and x.dim() >= 2
         and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype
         and (layer.bias is None or layer.bias.dtype == x.dtype) and x.is_contiguous()
-        and not torch.is_autocast_enabled("cpu") and _no_hooks(layer) and onednn_linear_available()
+        and not torch.is_autocast_enabled("cpu") and no_forward_hooks(layer) and onednn_linear_available()
     )
 
 

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock
 from ..core.depth import DepthControl
+from ..core.linear import no_forward_hooks
 from .registry import register_model
 
 Size = Union[int, Tuple[int, int]]
@@ -111,7 +112,7 @@ class ConvBNReLU(nn.Sequential):
     into the convolution on the fly (``w * g / sqrt(var + eps)``, ``(b - mean) * g /
     sqrt(var + eps) + beta``): one convolution and an in-place ReLU instead of three passes
     over the stem's largest activations. The parameters and the state dict are unchanged; a
-    hook on the convolution or the BatchNorm keeps the three separate calls.
+    hook on the convolution or the BatchNorm (or a global one) keeps the three separate calls.
     """
 
     def __init__(self, in_dim: int, out_dim: int):
@@ -122,7 +123,7 @@ class ConvBNReLU(nn.Sequential):
 
     def forward(self, x: Tensor) -> Tensor:
         conv, norm = self.conv, self.norm
-        if self.training or norm.running_var is None or _has_hooks(conv) or _has_hooks(norm):
+        if self.training or norm.running_var is None or not (no_forward_hooks(conv) and no_forward_hooks(norm)):
             return super().forward(x)
         scale = torch.rsqrt(norm.running_var + norm.eps)
         if norm.weight is not None:
@@ -132,10 +133,6 @@ class ConvBNReLU(nn.Sequential):
             bias = bias + norm.bias
         weight = conv.weight * scale.reshape(-1, 1, 1, 1).to(conv.weight.dtype)
         return F.relu(conv._conv_forward(x, weight, bias.to(conv.weight.dtype)), inplace=True)
-
-
-def _has_hooks(module: nn.Module) -> bool:
-    return bool(module._forward_hooks or module._forward_pre_hooks)
 
 
 class ConvStem(nn.Sequential):
