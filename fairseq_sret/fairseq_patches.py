@@ -374,8 +374,7 @@ def fairseq_ignores_bf16_in_generation(prepare=None, inference_step=None) -> boo
     """Does a model prepared for inference with ``--cpu --bf16`` generate in fp32?
 
     Calls ``prepare_for_inference_`` and ``FairseqTask.inference_step`` with a one-layer
-    model and a stand-in generator that records whether it computes in bf16 (bf16 weights
-    or CPU autocast).
+    model and a stand-in generator that records whether the weights it gets are bf16.
     """
     from types import SimpleNamespace
 
@@ -389,8 +388,7 @@ def fairseq_ignores_bf16_in_generation(prepare=None, inference_step=None) -> boo
 
     class Generator:
         def generate(self, models, sample, **kwargs):
-            in_bf16 = models[0].linear.weight.dtype == torch.bfloat16 or torch.is_autocast_enabled("cpu")
-            raise _Recorded(in_bf16)
+            raise _Recorded(models[0].linear.weight.dtype == torch.bfloat16)
 
     cfg = SimpleNamespace(common=SimpleNamespace(cpu=True, bf16=True, tpu=True), generation=SimpleNamespace(beam=1))
     model = Model()

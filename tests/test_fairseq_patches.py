@@ -163,7 +163,7 @@ def test_hub_generation_runs_in_bf16_and_scores_like_fp32():
         assert forced["positional_scores"].dtype == torch.float32  # fairseq's search scores in fp32
         differences.append((forced["positional_scores"][: len(prefix)] - best["positional_scores"][: len(prefix)]).abs())
     largest = torch.cat(differences).max().item()
-    assert 0 < largest < 0.1, largest  # computed in bf16 (not bit-identical), within bf16's rounding
+    assert 0 < largest < 0.05, largest  # computed in bf16 (not bit-identical), within bf16's rounding
 
 
 def test_bf16_without_native_bf16_stops_with_a_clear_message(monkeypatch):
