@@ -86,6 +86,48 @@ def test_selecting_rows_and_seeds():
         exp.select(["zz"])
 
 
+def _row_record(row: str, seed: int, bleu: dict, cpu_seconds: float) -> dict:
+    """One finished run as the runner records it: BLEU and speed per decoded variant."""
+    return {"status": "done", "row": row, "seed": seed, "train_cpu_seconds": cpu_seconds,
+            "model": {"params": 6e6, "applications": "4+4"},
+            "train": {"best_valid_loss": 4.1, "updates": 100,
+                      "curve": [{"update": 50, "seconds": 10, "valid_loss": 5.0},
+                                {"update": 100, "seconds": 20, "valid_loss": 4.1}]},
+            "eval": {key: {"test": {"subset_name": "test_2016_flickr", "speed": {"sentences_per_second": 30.0 + seed},
+                                    "scores": [{"name": "BLEU", "score": score, "signature": "nrefs:1"}]}}
+                     for key, score in bleu.items()}}
+
+
+def test_figures_name_the_machine_and_the_command_and_draw_the_depth_curve(tmp_path):
+    from PIL import Image
+
+    from fairseq_sret.experiments.report import aggregate, plot
+
+    raw = minimal(rows=[{"id": "sret", "arch": "sret_transformer_tiny", "seeds": [1, 2]},
+                        {"id": "transformer", "arch": "transformer", "variants": [""]}],
+                  eval={"checkpoints": ["last"], "subsets": ["test"], "variants": {"": "", "depth1": "--x"}})
+    experiment = parse_experiment(raw, "exp.yaml")
+    records = [_row_record("sret", 1, {"last": 37.0, "last@depth1": 25.0}, 2100.0),
+               _row_record("sret", 2, {"last": 36.0, "last@depth1": 24.0}, 2200.0),
+               _row_record("transformer", 1, {"last": 35.0}, 1500.0)]
+    env = {"device": "CPU Some Processor 9000", "note": "2 runs side by side, 1 thread each", "torch": "2.13.0+cpu"}
+    paths = plot(experiment, aggregate(experiment, records), records, tmp_path, env, "sret-experiments exp.yaml --cpu")
+    assert sorted(p.name for p in paths.values()) == sorted(
+        f"x_{suffix}.png" for suffix in ("valid_loss", "bleu_params", "bleu_cpu", "bleu_speed", "depth"))
+    for path in paths.values():
+        caption = Image.open(path).text["Description"]
+        assert "CPU Some Processor 9000" in caption and "1 thread each" in caption and "torch 2.13.0+cpu" in caption
+        assert "sret-experiments exp.yaml --cpu" in caption
+
+    # no row decoded at two depths: no depth curve
+    records = [r for r in records if r["row"] == "transformer"]
+    experiment = parse_experiment(minimal(rows=[{"id": "transformer", "arch": "transformer"}],
+                                          eval={"checkpoints": ["last"], "subsets": ["test"]}), "exp.yaml")
+    (tmp_path / "one").mkdir()
+    paths = plot(experiment, aggregate(experiment, records), records, tmp_path / "one", env, "cmd")
+    assert "depth curve" not in paths and not (tmp_path / "one" / "x_depth.png").exists()
+
+
 @pytest.fixture(scope="module")
 def toy_bin(tmp_path_factory):
     """The reversal corpus under Multi30k's file names, prepared like a real data set."""
@@ -107,7 +149,8 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     results = tmp_path / "results"
-    for name in ("toy.json", "toy.md", "toy_valid_loss.png", "toy_bleu_params.png", "toy_bleu_speed.png"):
+    for name in ("toy.json", "toy.md", "toy_valid_loss.png", "toy_bleu_params.png", "toy_bleu_cpu.png",
+                 "toy_bleu_speed.png", "toy_depth.png"):
         assert (results / name).is_file() and (results / name).stat().st_size > 0, name
     data = json.loads((results / "toy.json").read_text())
     assert [r["id"] for r in data["rows"]] == ["transformer", "sret"]

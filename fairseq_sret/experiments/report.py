@@ -1,6 +1,5 @@
 """Results of an experiment: ``NAME.json`` (every run and number), ``NAME.md`` (the table,
-mean +- std over seeds and each seed) and PNG plots (valid loss against updates and against
-training seconds; BLEU against unique parameters)."""
+mean +- std over seeds and each seed) and PNG plots (see :func:`plot`)."""
 
 import datetime
 import json
@@ -8,6 +7,7 @@ import logging
 import math
 import platform
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -156,7 +156,7 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
     payload = {"experiment": describe(experiment), "command": command, "environment": env,
                "rows": rows, "runs": records, "earlier_runs": list(earlier)}
     write_text_atomically(out["json"], json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-    plots = plot(experiment, rows, records, results_dir)
+    plots = plot(experiment, rows, records, results_dir, env, command)
     out.update(plots)
     write_text_atomically(out["md"], markdown(experiment, rows, records, command, env, plots))
     return out
@@ -234,8 +234,25 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
     return "\n".join(lines) + "\n"
 
 
-def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_dir: Path) -> Dict[str, Path]:
-    """Valid loss against updates and seconds (every run), BLEU against unique parameters."""
+def _seeds(n: int) -> str:
+    return f"{n} seed{'' if n == 1 else 's'}"
+
+
+def figure_caption(env: dict, command: str) -> str:
+    """The caption under every figure: where it was measured (processor, the run's note on
+    threads and neighbours) and the command that drew it."""
+    where = "; ".join(filter(None, [env.get("device"), env.get("note"),
+                                    f"torch {env['torch']}" if env.get("torch") else ""]))
+    return "\n".join(textwrap.wrap(where, 150) + textwrap.wrap(command, 150))
+
+
+def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_dir: Path,
+         env: Optional[dict] = None, command: str = "") -> Dict[str, Path]:
+    """The figures: valid loss against updates and training seconds (every run); BLEU
+    against unique parameters, against training CPU seconds and against decoding speed
+    (mean +- std per row); and, when a row is decoded at several depths, the depth curve
+    (BLEU and sentences/s per decoded variant). Each names the machine and the command,
+    under the axes and in the PNG's ``Description``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -243,62 +260,101 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
 
     for name in ("matplotlib", "PIL"):  # fairseq's import leaves the root logger at DEBUG
         logging.getLogger(name).setLevel(logging.WARNING)
-    colors = {row["id"]: plt.cm.tab10(i % 10) for i, row in enumerate(rows)}
+    palette, marks = plt.cm.tab20.colors, "osD^vP*Xhp<>"
+    styles = {row["id"]: (palette[i % len(palette)], marks[i % len(marks)]) for i, row in enumerate(rows)}
+    caption = figure_caption(env or {}, command)
+    subset = experiment.evaluation.subsets[0]
+    subset_name = _subset_names(records).get(subset, subset)
+    kinds = evaluation_keys(experiment)
     paths = {}
 
-    def save(fig, key: str, suffix: str) -> None:
-        fig.tight_layout()
+    def new_figure(title: str, width: float = 9.5, height: float = 5.0, panels: int = 1):
+        fig, axes = plt.subplots(1, panels, figsize=(width, height), squeeze=False)
+        fig.suptitle("\n".join(textwrap.wrap(f"{experiment.title}: {title}", 110)), fontsize=10)
+        for axis in axes[0]:
+            axis.grid(alpha=0.3)
+        return fig, list(axes[0])
+
+    def save(fig, key: str, suffix: str, legend_axis=None) -> None:
+        if legend_axis is not None and legend_axis.get_legend_handles_labels()[0]:
+            legend_axis.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+        lines = caption.count("\n") + 1 if caption else 0
+        fig.text(0.01, 0.01, caption, fontsize=6.5, va="bottom", ha="left", color="0.3")
+        fig.tight_layout(rect=(0, 0.012 + 0.022 * lines, 1, 1))
         paths[key] = results_dir / f"{experiment.name}_{suffix}.png"
-        fig.savefig(paths[key], dpi=110)
+        fig.savefig(paths[key], dpi=110, metadata={"Description": caption} if caption else None)
         plt.close(fig)
 
-    fig, (by_update, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    def row_point(axis, row: dict, x_key: str, y_key: str, x_scale: float = 1.0, label: str = "",
+                  hollow: bool = False) -> bool:
+        x, y = row["stats"].get(x_key), row["stats"].get(y_key)
+        if not x or not y or x.get("mean") is None or y.get("mean") is None:
+            return False
+        color, mark = styles[row["id"]]
+        axis.errorbar(x["mean"] / x_scale, y["mean"], xerr=(x.get("std") or 0) / x_scale, yerr=y.get("std") or 0,
+                      fmt=mark, color=color, capsize=3, mfc="none" if hollow else color, label=label or f"{row['id']} ({_seeds(len(row['seeds_done']))})")
+        return True
+
+    fig, (by_update, by_time) = new_figure("validation loss", width=13.0, panels=2)
+    labelled = set()
     for record in records:
         curve = (record.get("train") or {}).get("curve") or []
-        if not curve or record.get("row") not in colors:
+        if not curve or record.get("row") not in styles:
             continue
-        label = f"{record['row']} s{record['seed']}"
-        color = colors[record["row"]]
-        by_update.plot([p["update"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
+        color, _ = styles[record["row"]]
+        label = None if record["row"] in labelled else record["row"]
+        labelled.add(record["row"])
+        by_update.plot([p["update"] for p in curve], [p["valid_loss"] for p in curve], color=color)
         by_time.plot([p["seconds"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
     by_update.set_xlabel("updates")
     by_time.set_xlabel("training seconds (wall clock)")
     for axis in (by_update, by_time):
         axis.set_ylabel("valid loss")
-        axis.grid(alpha=0.3)
-    by_time.legend(fontsize=7, ncol=2)
-    fig.suptitle(f"{experiment.title}: validation loss")
-    save(fig, "valid loss", "valid_loss")
+    save(fig, "valid loss", "valid_loss", legend_axis=by_time)
 
-    subset = experiment.evaluation.subsets[0]
-    kind = evaluation_keys(experiment)[0]
-    fig, axis = plt.subplots(figsize=(6.5, 4.5))
-    marks = "osD^v<>p*h"
+    fig, (axis,) = new_figure(f"BLEU against unique parameters ({kinds[0]} checkpoint)")
     for row in rows:
-        for i, key in enumerate(evaluation_keys(experiment)):
-            speed, bleu = row["stats"].get(f"speed/{key}/{subset}"), row["stats"].get(f"bleu/{key}/{subset}")
-            if not speed or not bleu or speed.get("mean") is None or bleu.get("mean") is None:
-                continue
-            axis.errorbar(speed["mean"], bleu["mean"], xerr=speed.get("std") or 0, yerr=bleu.get("std") or 0,
-                          fmt=marks[i % len(marks)], color=colors[row["id"]], capsize=3, label=f"{row['id']} {key}")
-    axis.set_xlabel(f"sentences/s, {subset} (beam {experiment.evaluation.beam})")
-    axis.set_ylabel(f"BLEU {subset}")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=6)
-    axis.set_title(f"{experiment.title}: BLEU against decoding speed")
-    save(fig, "BLEU against speed", "bleu_speed")
-
-    fig, axis = plt.subplots(figsize=(6.5, 4.5))
-    for row in rows:
-        params, bleu = row["stats"].get("params"), row["stats"].get(f"bleu/{kind}/{subset}")
-        if not params or not bleu or params.get("mean") is None or bleu.get("mean") is None:
-            continue
-        axis.errorbar(params["mean"] / 1e6, bleu["mean"], yerr=bleu.get("std") or 0, fmt="o",
-                      color=colors[row["id"]], capsize=3, label=row["id"])
+        row_point(axis, row, "params", f"bleu/{kinds[0]}/{subset}", x_scale=1e6)
     axis.set_xlabel("unique parameters (M)")
-    axis.set_ylabel(f"BLEU {subset} ({kind} checkpoint)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
-    axis.set_title(f"{experiment.title}: BLEU against parameters")
-    save(fig, "BLEU against parameters", "bleu_params")
+    axis.set_ylabel(f"BLEU {subset_name}")
+    save(fig, "BLEU against parameters", "bleu_params", legend_axis=axis)
+
+    fig, (axis,) = new_figure(f"BLEU against training CPU time ({kinds[0]} checkpoint)")
+    for row in rows:
+        row_point(axis, row, "train_cpu_seconds", f"bleu/{kinds[0]}/{subset}")
+    axis.set_xlabel("training CPU seconds (user + system, all training processes)")
+    axis.set_ylabel(f"BLEU {subset_name}")
+    save(fig, "BLEU against training CPU time", "bleu_cpu", legend_axis=axis)
+
+    fig, (axis,) = new_figure(f"BLEU against decoding speed (beam {experiment.evaluation.beam})")
+    for row in rows:
+        for key in kinds:
+            suffix = key[len(kinds[0]):] if key.startswith(kinds[0]) else key
+            row_point(axis, row, f"speed/{key}/{subset}", f"bleu/{key}/{subset}",
+                      label=f"{row['id']}{' ' + suffix.lstrip('@') if suffix else ''}", hollow=bool(suffix))
+    axis.set_xlabel(f"sentences/s, {subset_name}")
+    axis.set_ylabel(f"BLEU {subset_name}")
+    save(fig, "BLEU against speed", "bleu_speed", legend_axis=axis)
+
+    depth_rows = [row for row in rows
+                  if sum(row["stats"].get(f"bleu/{k}/{subset}", {}).get("mean") is not None for k in kinds) > 1]
+    if depth_rows:
+        fig, (by_bleu, by_speed) = new_figure("the depth curve (each decoded depth of one trained model)",
+                                              width=13.0, panels=2)
+        for row in depth_rows:
+            color, mark = styles[row["id"]]
+            done = [k for k in kinds if row["stats"].get(f"bleu/{k}/{subset}", {}).get("mean") is not None]
+            for axis, metric in ((by_bleu, "bleu"), (by_speed, "speed")):
+                means = [row["stats"].get(f"{metric}/{k}/{subset}", {}).get("mean") for k in done]
+                stds = [row["stats"].get(f"{metric}/{k}/{subset}", {}).get("std") or 0 for k in done]
+                if None in means:
+                    continue
+                axis.errorbar([kinds.index(k) for k in done], means, yerr=stds, fmt=mark + "-", color=color, capsize=3,
+                              label=f"{row['id']} ({_seeds(len(row['seeds_done']))})")
+        for axis in (by_bleu, by_speed):
+            axis.set_xticks(range(len(kinds)), kinds, fontsize=8)
+            axis.set_xlabel("decoded checkpoint @ variant (no variant: the trained depth)")
+        by_bleu.set_ylabel(f"BLEU {subset_name}")
+        by_speed.set_ylabel(f"sentences/s, {subset_name}")
+        save(fig, "depth curve", "depth", legend_axis=by_speed)
     return paths
