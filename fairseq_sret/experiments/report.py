@@ -275,8 +275,8 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
             axis.grid(alpha=0.3)
         return fig, list(axes[0])
 
-    def save(fig, key: str, suffix: str, legend_axis=None) -> None:
-        if legend_axis is not None and legend_axis.get_legend_handles_labels()[0]:
+    def save(fig, key: str, suffix: str, legend_axis) -> None:
+        if legend_axis.get_legend_handles_labels()[0]:
             legend_axis.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
         lines = caption.count("\n") + 1 if caption else 0
         fig.text(0.01, 0.01, caption, fontsize=6.5, va="bottom", ha="left", color="0.3")
@@ -286,14 +286,18 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         plt.close(fig)
 
     def row_point(axis, row: dict, x_key: str, y_key: str, x_scale: float = 1.0, label: str = "",
-                  hollow: bool = False) -> bool:
+                  hollow: bool = False) -> None:
         x, y = row["stats"].get(x_key), row["stats"].get(y_key)
         if not x or not y or x.get("mean") is None or y.get("mean") is None:
-            return False
+            return
         color, mark = styles[row["id"]]
         axis.errorbar(x["mean"] / x_scale, y["mean"], xerr=(x.get("std") or 0) / x_scale, yerr=y.get("std") or 0,
-                      fmt=mark, color=color, capsize=3, mfc="none" if hollow else color, label=label or f"{row['id']} ({_seeds(len(row['seeds_done']))})")
-        return True
+                      fmt=mark, color=color, capsize=3, mfc="none" if hollow else color,
+                      label=label or f"{row['id']} ({_seeds(len(row['seeds_done']))})")
+
+    def decoded(row: dict) -> List[str]:
+        """The evaluation keys (checkpoint @ variant) this row has a BLEU for."""
+        return [k for k in kinds if (row["stats"].get(f"bleu/{k}/{subset}") or {}).get("mean") is not None]
 
     fig, (by_update, by_time) = new_figure("validation loss", width=13.0, panels=2)
     labelled = set()
@@ -312,38 +316,33 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         axis.set_ylabel("valid loss")
     save(fig, "valid loss", "valid_loss", legend_axis=by_time)
 
-    fig, (axis,) = new_figure(f"BLEU against unique parameters ({kinds[0]} checkpoint)")
-    for row in rows:
-        row_point(axis, row, "params", f"bleu/{kinds[0]}/{subset}", x_scale=1e6)
-    axis.set_xlabel("unique parameters (M)")
-    axis.set_ylabel(f"BLEU {subset_name}")
-    save(fig, "BLEU against parameters", "bleu_params", legend_axis=axis)
-
-    fig, (axis,) = new_figure(f"BLEU against training CPU time ({kinds[0]} checkpoint)")
-    for row in rows:
-        row_point(axis, row, "train_cpu_seconds", f"bleu/{kinds[0]}/{subset}")
-    axis.set_xlabel("training CPU seconds (user + system, all training processes)")
-    axis.set_ylabel(f"BLEU {subset_name}")
-    save(fig, "BLEU against training CPU time", "bleu_cpu", legend_axis=axis)
+    for key, suffix, what, x_key, x_scale, x_label in (
+            ("BLEU against parameters", "bleu_params", "unique parameters", "params", 1e6, "unique parameters (M)"),
+            ("BLEU against training CPU time", "bleu_cpu", "training CPU time", "train_cpu_seconds", 1.0,
+             "training CPU seconds (user + system, all training processes)")):
+        fig, (axis,) = new_figure(f"BLEU against {what} ({kinds[0]} checkpoint)")
+        for row in rows:
+            row_point(axis, row, x_key, f"bleu/{kinds[0]}/{subset}", x_scale=x_scale)
+        axis.set_xlabel(x_label)
+        axis.set_ylabel(f"BLEU {subset_name}")
+        save(fig, key, suffix, legend_axis=axis)
 
     fig, (axis,) = new_figure(f"BLEU against decoding speed (beam {experiment.evaluation.beam})")
     for row in rows:
-        for key in kinds:
-            suffix = key[len(kinds[0]):] if key.startswith(kinds[0]) else key
+        for key in kinds:  # the first key filled, every other one (another depth or checkpoint) hollow
+            primary = key == kinds[0]
             row_point(axis, row, f"speed/{key}/{subset}", f"bleu/{key}/{subset}",
-                      label=f"{row['id']}{' ' + suffix.lstrip('@') if suffix else ''}", hollow=bool(suffix))
+                      label=row["id"] if primary else f"{row['id']} {key}", hollow=not primary)
     axis.set_xlabel(f"sentences/s, {subset_name}")
     axis.set_ylabel(f"BLEU {subset_name}")
     save(fig, "BLEU against speed", "bleu_speed", legend_axis=axis)
 
-    depth_rows = [row for row in rows
-                  if sum(row["stats"].get(f"bleu/{k}/{subset}", {}).get("mean") is not None for k in kinds) > 1]
+    depth_rows = [(row, done) for row in rows if len(done := decoded(row)) > 1]
     if depth_rows:
         fig, (by_bleu, by_speed) = new_figure("the depth curve (each decoded depth of one trained model)",
                                               width=13.0, panels=2)
-        for row in depth_rows:
+        for row, done in depth_rows:
             color, mark = styles[row["id"]]
-            done = [k for k in kinds if row["stats"].get(f"bleu/{k}/{subset}", {}).get("mean") is not None]
             for axis, metric in ((by_bleu, "bleu"), (by_speed, "speed")):
                 means = [row["stats"].get(f"{metric}/{k}/{subset}", {}).get("mean") for k in done]
                 stds = [row["stats"].get(f"{metric}/{k}/{subset}", {}).get("std") or 0 for k in done]
