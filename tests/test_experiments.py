@@ -48,6 +48,38 @@ def test_a_resumed_run_s_clock_continues_from_the_earlier_process():
     assert (summary["best_update"], summary["seconds_to_best"], summary["seconds"]) == (50, 95, 95)
 
 
+def test_updates_trained_again_after_a_resume_or_a_restart_are_counted():
+    start = "2026 | INFO | fairseq.trainer | "
+    inner = '2026 | INFO | train_inner | {{"epoch": 1, "loss": "5", "num_updates": "{}"}}\n'
+    log = (start + "No existing checkpoint found /x/checkpoint_last.pt\n" + inner.format(5)
+           + start + "No existing checkpoint found /x/checkpoint_last.pt\n" + LOG.replace("done training", "")
+           + inner.format(35) + start + "Loaded checkpoint /x/checkpoint_last.pt (epoch 4 @ 30 updates)\n"
+           + inner.format(40))
+    parsed = parse_training_log(log)
+    assert parsed["starts"] == [{"from_update": 0, "reached": 5}, {"from_update": 0, "reached": 35},
+                                {"from_update": 30, "reached": 40}]
+    summary = training_summary(parsed)
+    assert (summary["starts"], summary["repeated_updates"]) == (3, 5 + 5)
+    # one process, no start line (an older log): nothing repeated
+    assert (training_summary(parse_training_log(LOG))["starts"], training_summary(parse_training_log(LOG))[
+        "repeated_updates"]) == (1, 0)
+    # a continuation from another run's final checkpoint repeats nothing
+    continued = LOG + start + "Loaded checkpoint /y/checkpoint_last.pt (epoch 4 @ 30 updates)\n" + inner.format(40)
+    assert training_summary(parse_training_log(continued))["repeated_updates"] == 0
+
+
+def test_the_report_lists_the_runs_that_took_several_processes():
+    from fairseq_sret.experiments.report import restarted_runs
+
+    runs = [{"row": "a", "seed": 1, "status": "done", "train_processes": 2,
+             "train": {"starts": 2, "repeated_updates": 88}},
+            {"row": "a", "seed": 2, "status": "done", "train_processes": 1, "train": {"starts": 1}},
+            {"row": "b", "seed": 1, "status": "training", "train": {"starts": 3}}]
+    lines = restarted_runs(runs)
+    assert [line for line in lines if line.startswith("| a/")] == ["| a/seed1 | 2 | 2 | 88 |"]
+    assert restarted_runs(runs[1:]) == []
+
+
 def minimal(**changes):
     raw = {"name": "x", "train": {"max_update": 10}, "rows": [{"id": "a", "arch": "transformer"}]}
     raw.update(changes)

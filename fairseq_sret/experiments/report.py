@@ -220,6 +220,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
                      str(v.get("best_update") or "–"), _fmt({"mean": v.get("seconds_to_best")}, 0)]
             cells += [_fmt({"mean": v.get(f"bleu/{k}/{x}")}) for k in kinds for x in ev.subsets]
             lines.append("| " + " | ".join(cells) + " |")
+    lines += restarted_runs(records)
     lines += ["", "Rows (architecture and flags added to the schedule's; the row's own update count):", ""]
     for row in rows:
         flags = " ".join(row["args"])
@@ -232,6 +233,23 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
     for key, path in plots.items():
         lines += ["", f"![{key}]({path.name})"]
     return "\n".join(lines) + "\n"
+
+
+def restarted_runs(records: List[dict]) -> List[str]:
+    """Markdown lines on the finished runs that took more than one training process."""
+    restarted = [r for r in records if r.get("status") == "done" and (r.get("train") or {}).get("starts", 1) > 1]
+    if not restarted:
+        return []
+    lines = ["", "Runs trained by more than one process (stopped at a time limit and resumed, or restarted after"
+             " their runner was killed). Updates trained again: a lower bound, from the training log. Train CPU s"
+             " counts the processes whose CPU time the runner recorded; a process killed with its runner is not"
+             " counted.", "", "| run | training processes | counted in train CPU s | updates trained again |",
+             "|---|---|---|---|"]
+    for r in sorted(restarted, key=lambda r: (r["row"], r["seed"])):
+        train = r["train"]
+        lines.append(f"| {r['row']}/seed{r['seed']} | {train['starts']} | {r.get('train_processes', '–')} | "
+                     f"{train.get('repeated_updates', 0)} |")
+    return lines
 
 
 def _seeds(n: int) -> str:

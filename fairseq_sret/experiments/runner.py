@@ -21,13 +21,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..atomic_files import replacing
 from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
 
 USER_DIR = Path(__file__).resolve().parents[1]
 _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
+# fairseq's trainer, when a training process starts: from a checkpoint, or from scratch
+_LOG_LOADED = re.compile(r"\| Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)\s*$")
+_LOG_FRESH = re.compile(r"\| No existing checkpoint found ")
+_UPDATE_KEYS = ("num_updates", "train_num_updates", "valid_num_updates")
 
 
 def _children_cpu_seconds() -> float:
@@ -113,14 +117,21 @@ def parse_training_log(text: str) -> dict:
     """Epoch records from a fairseq JSON log (``--log-format json``).
 
     Returns ``{"epochs": [{"epoch", "num_updates", "valid_loss", "seconds", "wps"}], "last":
-    {latest train_inner record}, "done": bool}``; ``seconds`` is fairseq's wall clock of the
-    training, ``wps`` its target tokens per second. A resumed run's clock starts again at 0
-    in the log; the seconds here continue from the earlier processes' time.
+    {latest train_inner record}, "starts": [{"from_update", "reached"}], "done": bool}``;
+    ``seconds`` is fairseq's wall clock of the training, ``wps`` its target tokens per
+    second. A resumed run's clock starts again at 0 in the log; the seconds here continue
+    from the earlier processes' time. ``starts``: one per training process, the update it
+    started from (its checkpoint's, 0 from scratch) and the highest update it logged.
     """
     epochs: Dict[int, dict] = {}
     last = {}
+    starts: List[dict] = []
     offset, previous = 0.0, 0.0  # seconds of the earlier processes; the last train_wall seen
     for line in text.splitlines():
+        loaded = _LOG_LOADED.search(line)
+        if loaded or _LOG_FRESH.search(line):
+            starts.append({"from_update": int(loaded.group(1)) if loaded else 0, "reached": None})
+            continue
         match = _LOG_RECORD.search(line)
         if not match:
             continue
@@ -129,6 +140,11 @@ def parse_training_log(text: str) -> dict:
             record = {k: _number(v) for k, v in json.loads(match.group(2)).items()}
         except json.JSONDecodeError:
             continue
+        update = next((record[k] for k in _UPDATE_KEYS if isinstance(record.get(k), int)), None)
+        if update is not None:
+            if not starts:
+                starts.append({"from_update": 0, "reached": None})
+            starts[-1]["reached"] = max(update, starts[-1]["reached"] or 0)
         if kind == "train_inner":
             last = record
             continue
@@ -148,11 +164,24 @@ def parse_training_log(text: str) -> dict:
             entry["wps"] = record.get("train_wps")
             entry.setdefault("num_updates", record.get("train_num_updates"))
     ordered = [epochs[e] for e in sorted(epochs)]
-    return {"epochs": ordered, "last": last, "done": "done training" in text}
+    return {"epochs": ordered, "last": last, "starts": starts, "done": "done training" in text}
+
+
+def repeated_updates(starts: Sequence[dict]) -> int:
+    """Updates trained more than once across a run's processes: a process that starts from
+    a checkpoint older than the updates logged before trains those again. A lower bound,
+    since fairseq logs the update count every ``--log-interval`` updates and at epoch ends."""
+    repeated, highest = 0, 0
+    for start in starts:
+        reached = start["reached"] if start["reached"] is not None else start["from_update"]
+        repeated += max(0, min(reached, highest) - start["from_update"])
+        highest = max(highest, reached)
+    return repeated
 
 
 def training_summary(parsed: dict) -> dict:
-    """Best valid loss, when it was reached (update, seconds) and the training speed."""
+    """Best valid loss, when it was reached (update, seconds), the training speed, and how
+    many training processes the run took (``starts``) with the updates they repeated."""
     epochs = [e for e in parsed["epochs"] if isinstance(e.get("valid_loss"), (int, float))]
     summary = {"epochs": len(parsed["epochs"]), "curve": [
         {"epoch": e["epoch"], "update": e.get("num_updates"), "seconds": e.get("seconds"), "valid_loss": e["valid_loss"]}
@@ -167,6 +196,9 @@ def training_summary(parsed: dict) -> dict:
     speeds = [e["wps"] for e in parsed["epochs"] if isinstance(e.get("wps"), (int, float))]
     if speeds:
         summary["train_tokens_per_second"] = statistics.median(speeds)
+    starts = parsed.get("starts") or []
+    summary["starts"] = max(1, len(starts))
+    summary["repeated_updates"] = repeated_updates(starts)
     return summary
 
 
