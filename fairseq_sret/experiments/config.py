@@ -20,6 +20,9 @@ and the rows; each row is an architecture with its flags and seeds::
       variants:                            # optional: each checkpoint also decoded with extra
         depth1: >-
           --model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}"
+      curve:                               # optional: BLEU against training CPU time
+        every: 5                           #   every 5th epoch checkpoint (and the last epoch's)
+        subsets: [test]                    #   decoded like the table, on these subsets
     rows:
       - id: sret_3x2
         title: "SReT 3x2 (default)"
@@ -72,6 +75,10 @@ class Evaluation:
     max_tokens: int = 8000
     #: name -> extra fairseq-generate flags, e.g. a depth override; "" = as trained
     variants: Dict[str, List[str]] = field(default_factory=lambda: {"": []})
+    #: the learning curve: every ``curve_every``-th epoch checkpoint decoded on ``curve_subsets``
+    #: (0: no curve; then only the last epoch checkpoints that ``lastN`` averages are kept)
+    curve_every: int = 0
+    curve_subsets: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -210,7 +217,7 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
         raise ExperimentError(f"{where}: train needs a cap: max_epoch and/or max_update")
 
     ev = raw.get("eval") or {}
-    _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens", "variants"], f"{where}: eval")
+    _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens", "variants", "curve"], f"{where}: eval")
     variants = ev.get("variants") or {"": ""}
     if not isinstance(variants, dict):
         raise ExperimentError(f"{where}: eval.variants must map names to fairseq-generate flags, got {variants!r}")
@@ -224,13 +231,21 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
                 f"{where}: eval.checkpoints: unknown {kind!r}; allowed: best, last, lastN (average of the last N"
                 " epoch checkpoints), lastNu (of the last N update checkpoints, --save-interval-updates)"
             )
+    curve = ev.get("curve") or {}
+    _check_keys(curve, ["every", "subsets"], f"{where}: eval.curve")
+    subsets = _names(ev.get("subsets", ["test"]), f"{where}: eval.subsets")
+    curve_every = _int(curve.get("every", 0), f"{where}: eval.curve.every")
+    curve_subsets = _names(curve.get("subsets", subsets[:1]), f"{where}: eval.curve.subsets") if curve else []
+    if curve and not curve_every:
+        raise ExperimentError(f"{where}: eval.curve needs 'every': decode every Nth epoch checkpoint (N >= 1)")
     evaluation = Evaluation(
         beam=_int(ev.get("beam", 5), f"{where}: eval.beam", 1),
         lenpen=_float(ev.get("lenpen", 1.0), f"{where}: eval.lenpen"),
-        subsets=_names(ev.get("subsets", ["test"]), f"{where}: eval.subsets"),
+        subsets=subsets,
         checkpoints=checkpoints,
         max_tokens=_int(ev.get("max_tokens", 8000), f"{where}: eval.max_tokens", 1),
         variants={str(k or ""): _args(v, f"{where}: eval.variants.{k}") for k, v in variants.items()},
+        curve_every=curve_every, curve_subsets=curve_subsets,
     )
 
     if not isinstance(raw.get("rows") or [], list):

@@ -32,6 +32,7 @@ _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 _LOG_LOADED = re.compile(r"\| Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)\s*$")
 _LOG_FRESH = re.compile(r"\| No existing checkpoint found ")
 _UPDATE_KEYS = ("num_updates", "train_num_updates", "valid_num_updates")
+_UPDATE_IN_RECORD = re.compile(r'"(?:train_|valid_)?num_updates": "?([0-9.]+)')
 
 
 def _children_cpu_seconds() -> float:
@@ -57,6 +58,70 @@ def add_cpu_seconds(record: dict, seconds: float) -> None:
     record["train_processes"] = record.get("train_processes", 0) + 1
 
 
+def process_cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU seconds of a running process and its reaped children (Linux
+    ``/proc``); None where that cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # utime, stime, cutime, cstime: fields 14-17 of proc(5), counted from the state field (3)
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuTrace:
+    """Samples a training process's CPU time against the update count it has logged, so
+    that a checkpoint's update can be read as the training CPU seconds it cost. A resumed
+    run continues from the CPU time its earlier processes recorded (``offset``)."""
+
+    def __init__(self, paths: "RunPaths", pid: int, offset: float, interval: float = 30.0):
+        self.paths, self.pid, self.offset, self.interval = paths, pid, offset, interval
+        self.last_sample, self.read_to, self.update = 0.0, 0, None
+
+    def poll(self, now: float) -> None:
+        if now - self.last_sample < self.interval:
+            return
+        self.last_sample = now
+        try:
+            with open(self.paths.train_log, "rb") as handle:
+                handle.seek(self.read_to)
+                chunk = handle.read()
+        except OSError:
+            return
+        cut = chunk.rfind(b"\n") + 1
+        self.read_to += cut
+        for line in chunk[:cut].decode("utf-8", errors="replace").splitlines():
+            match = _LOG_RECORD.search(line)
+            if match:
+                found = _UPDATE_IN_RECORD.search(match.group(2))
+                if found:
+                    self.update = int(float(found.group(1)))
+        seconds = process_cpu_seconds(self.pid)
+        if self.update is None or seconds is None:
+            return
+        with open(self.paths.cpu_trace, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"update": self.update, "cpu_seconds": round(self.offset + seconds, 1)}) + "\n")
+
+
+def read_cpu_trace(paths: "RunPaths") -> List[dict]:
+    if not paths.cpu_trace.is_file():
+        return []
+    samples = []
+    for line in paths.cpu_trace.read_text(encoding="utf-8").splitlines():
+        try:
+            samples.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+    return samples
+
+
+def cpu_seconds_at(samples: Sequence[dict], update: int) -> Optional[float]:
+    """The training CPU seconds when ``update`` was reached: the first sample at or past it
+    (samples are ``CpuTrace.interval`` apart), None when the trace does not reach it."""
+    reached = [s["cpu_seconds"] for s in samples if s["update"] >= update]
+    return min(reached) if reached else None
+
+
 def log(message: str) -> None:
     print(f"[experiments] {message}", file=sys.stderr, flush=True)
 
@@ -80,6 +145,11 @@ class RunPaths:
     @property
     def record(self) -> Path:
         return self.root / "run.json"
+
+    @property
+    def cpu_trace(self) -> Path:
+        """``{"update", "cpu_seconds"}`` lines sampled while training (:class:`CpuTrace`)."""
+        return self.root / "cpu_trace.jsonl"
 
 
 def run_paths(output: Path, run: Run) -> RunPaths:
@@ -220,7 +290,8 @@ def check_data(experiment: Experiment, data) -> None:
                if not (Path(data) / f"{split}.{pair}.{meta['source_lang']}.idx").is_file()]
     if missing:
         raise ExperimentError(f"--data: {data} has no {' or '.join(missing)} split ({pair})")
-    unknown = [s for s in experiment.evaluation.subsets if s not in meta["subsets"]]
+    wanted = dict.fromkeys([*experiment.evaluation.subsets, *experiment.evaluation.curve_subsets])
+    unknown = [s for s in wanted if s not in meta["subsets"]]
     if unknown:
         raise ExperimentError(f"{experiment.path}: eval.subsets {unknown} are not in the data-bin {data}"
                               f" (it has {sorted(meta['subsets'])})")
@@ -237,8 +308,7 @@ def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, 
     uptrained row's model is ``model_options`` (sret-uptrain's ``--arch sret_transformer ...``),
     fine-tuned from :func:`uptrained_checkpoint`."""
     schedule = experiment.schedule
-    keep = max([int(m.group(1)) for m in map(AVERAGE.fullmatch, experiment.evaluation.checkpoints)
-                if m and not m.group(2)] or [1])
+    keep = last_epochs_averaged(experiment)
     if run.row.uptrain_from:
         model = [*(model_options or [UPTRAINED_MODEL_PLACEHOLDER]),
                  "--finetune-from-model", str(uptrained_checkpoint(paths))]
@@ -247,9 +317,11 @@ def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, 
     cmd = [
         sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", str(USER_DIR),
         *model, *schedule.args, *run.row.args,
-        "--seed", str(run.seed), "--save-dir", str(paths.checkpoints), "--keep-last-epochs", str(keep),
+        "--seed", str(run.seed), "--save-dir", str(paths.checkpoints),
         "--log-format", "json", "--log-interval", "50", "--no-progress-bar",
     ]
+    if not experiment.evaluation.curve_every:
+        cmd += ["--keep-last-epochs", str(keep)]  # with a curve, every epoch's is kept until it is read
     if max_update is None:
         max_update = run.row.max_update or schedule.max_update
     max_epoch = schedule.max_epoch if max_epoch is None else max_epoch
@@ -262,6 +334,12 @@ def train_command(experiment: Experiment, run: Run, data: str, paths: RunPaths, 
     if cpu:
         cmd += ["--cpu"]
     return cmd
+
+
+def last_epochs_averaged(experiment: Experiment) -> int:
+    """The most epoch checkpoints a ``lastN`` evaluation averages (1 if none)."""
+    return max([int(m.group(1)) for m in map(AVERAGE.fullmatch, experiment.evaluation.checkpoints)
+                if m and not m.group(2)] or [1])
 
 
 def uptrained_checkpoint(paths: RunPaths) -> Path:
@@ -314,6 +392,9 @@ def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = Non
                  "subsets": list(experiment.evaluation.subsets), "checkpoints": list(experiment.evaluation.checkpoints),
                  "variants": dict(experiment.evaluation.variants)},
     }
+    if experiment.evaluation.curve_every:
+        config["eval"]["curve"] = {"every": experiment.evaluation.curve_every,
+                                   "subsets": list(experiment.evaluation.curve_subsets)}
     if run.row.uptrain_from:
         config["uptrain"] = {"from": run.row.uptrain_from, "args": list(run.row.uptrain_args)}
     return config
@@ -417,6 +498,41 @@ def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool =
     return results
 
 
+def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: dict, cpu: bool = False) -> List[dict]:
+    """BLEU against training CPU time: every ``curve_every``-th epoch checkpoint (and the
+    last epoch's) decoded like the table on ``curve_subsets``. Each point is
+    ``{"epoch", "update", "cpu_seconds", "valid_loss", "eval": {subset: result}}``, kept in
+    ``record["curve"]`` as it is made (a rerun continues). Then the epoch checkpoints that
+    neither the curve nor a ``lastN`` average needs are deleted."""
+    from ..evaluation.evaluate import evaluate
+
+    ev = experiment.evaluation
+    epochs = {e["epoch"]: e for e in record.get("train", {}).get("curve", [])}
+    saved = sorted(int(p.stem[len("checkpoint"):]) for p in paths.checkpoints.glob("checkpoint[0-9]*.pt"))
+    wanted = [e for e in saved if e % ev.curve_every == 0 or e == saved[-1]]
+    trace = read_cpu_trace(paths)
+    points = {p["epoch"]: p for p in record.get("curve", [])}
+    for epoch in wanted:
+        if epoch in points or epoch not in epochs:
+            continue
+        update = epochs[epoch]["update"]
+        point = {"epoch": epoch, "update": update, "cpu_seconds": cpu_seconds_at(trace, update),
+                 "valid_loss": epochs[epoch]["valid_loss"], "eval": {}}
+        for subset in ev.curve_subsets:
+            report = evaluate(data, checkpoint=paths.checkpoints / f"checkpoint{epoch}.pt", subset=subset,
+                              output_dir=paths.eval_dir / "curve" / f"epoch{epoch}", beam=ev.beam, lenpen=ev.lenpen,
+                              max_tokens=ev.max_tokens, cpu=cpu)
+            point["eval"][subset] = {"subset_name": report["subset_name"], "scores": report["scores"]}
+        points[epoch] = point
+        record["curve"] = [points[e] for e in sorted(points)]
+        write_record(paths, record)
+    keep = set(wanted) | set(saved[-last_epochs_averaged(experiment):])
+    for epoch in saved:
+        if epoch not in keep:
+            (paths.checkpoints / f"checkpoint{epoch}.pt").unlink()
+    return record.get("curve", [])
+
+
 # ---------------------------------------------------------------- the loop
 def _progress_line(run: Run, paths: RunPaths, started: float) -> str:
     text = paths.train_log.read_text(encoding="utf-8", errors="replace") if paths.train_log.is_file() else ""
@@ -462,6 +578,7 @@ def run_experiment(
             pending.append(run)
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     running = []  # (run, paths, process, log file, started)
+    traces = {}  # run name -> CpuTrace
     failures = []
     last_progress = time.time()
     stopped = []
@@ -512,7 +629,11 @@ def run_experiment(
             handle = open(paths.train_log, "a", encoding="utf-8")
             process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
             running.append((run, paths, process, handle, time.time()))
+            if experiment.evaluation.curve_every:
+                traces[run.name] = CpuTrace(paths, process.pid, record.get("train_cpu_seconds", 0.0))
         time.sleep(0.5)
+        for trace in traces.values():
+            trace.poll(time.time())
         if progress_interval and time.time() - last_progress >= progress_interval:
             last_progress = time.time()
             for run, paths, _, _, started in running:
@@ -525,6 +646,7 @@ def run_experiment(
                 still.append(item)
                 continue
             handle.close()
+            traces.pop(run.name, None)
             text = paths.train_log.read_text(encoding="utf-8", errors="replace")
             record = read_record(paths)
             add_cpu_seconds(record, cpu_seconds)
@@ -542,6 +664,8 @@ def run_experiment(
             try:
                 record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
                 record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row, skipped=skipped)
+                if experiment.evaluation.curve_every:
+                    evaluate_curve(experiment, paths, data, record, cpu=cpu)
             except Exception as exc:  # one run's evaluation must not stop the others
                 log(f"{run.name}: evaluation FAILED: {type(exc).__name__}: {exc}")
                 record.update(status="failed", error=f"evaluation: {type(exc).__name__}: {exc}")
