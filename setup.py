@@ -6,7 +6,7 @@ setup(
     description="Sliced Recursive Transformer (SReT, ECCV 2022) for fairseq NMT and vision",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["fairseq_sret", "fairseq_sret.*"]),
+    packages=find_packages(include=["fairseq_sret", "fairseq_sret.*", "fairseq_sret_cli", "fairseq_sret_cli.*"]),
     # The floors are the versions a documented run has exercised: the whole test suite on
     # Python 3.11 with torch 2.13 (CPU), the GPU benchmarks on Python 3.12 with torch 2.11
     # (docs/benchmarks.md). The code needs torch >= 2.3 (torch.compiler.is_compiling,
@@ -50,15 +50,15 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "sret-prepare = fairseq_sret.cli.prepare:main",
-            "sret-evaluate = fairseq_sret.cli.evaluate:main",
-            "sret-average-checkpoints = fairseq_sret.cli.average_checkpoints:main",
-            "sret-plot-lrc = fairseq_sret.cli.plot_lrc:main",
-            "sret-train-vision = fairseq_sret.cli.train_vision:main",
-            "sret-count = fairseq_sret.cli.count:main",
-            "sret-toy-data = fairseq_sret.toy_data:main",
-            "sret-experiments = fairseq_sret.cli.experiments:main",
-            "sret-uptrain = fairseq_sret.cli.uptrain:main",
+            "sret-prepare = fairseq_sret_cli.prepare:main",
+            "sret-evaluate = fairseq_sret_cli.evaluate:main",
+            "sret-average-checkpoints = fairseq_sret_cli.average_checkpoints:main",
+            "sret-plot-lrc = fairseq_sret_cli.plot_lrc:main",
+            "sret-train-vision = fairseq_sret_cli.train_vision:main",
+            "sret-count = fairseq_sret_cli.count:main",
+            "sret-toy-data = fairseq_sret_cli.toy:main",
+            "sret-experiments = fairseq_sret_cli.experiments:main",
+            "sret-uptrain = fairseq_sret_cli.uptrain:main",
         ],
     },
     classifiers=[

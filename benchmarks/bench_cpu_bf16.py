@@ -145,7 +145,7 @@ def main(argv=None):
     quiet_logging()
     import fairseq_sret.models  # noqa: F401  (the fairseq patches: --bf16 on the CPU)
     from fairseq_sret.fairseq_patches import cpu_has_native_bf16
-    from fairseq_sret.tools.toy import ToyTask, build_model
+    from fairseq_sret_cli.toy import ToyTask, build_model
 
     device = torch.device("cpu")
     clock = default_clock(device)

@@ -138,9 +138,9 @@ def bleu(task, data, subset, hyps) -> Tuple[float, str]:
 
     data = Path(data)
     if (data / "sret_data.json").exists():
-        from fairseq_sret.data.common import read_metadata
-        from fairseq_sret.data.subword import SentencePieceCodec
-        from fairseq_sret.evaluation.evaluate import score
+        from fairseq_sret_cli.data.common import read_metadata
+        from fairseq_sret_cli.data.subword import SentencePieceCodec
+        from fairseq_sret_cli.evaluation.evaluate import score
 
         meta = read_metadata(data)
         results = score(meta, data, subset, [SentencePieceCodec.decode(h) for h in hyps])
@@ -155,7 +155,7 @@ def bleu(task, data, subset, hyps) -> Tuple[float, str]:
 def smoke_setup(folder: Path) -> Tuple[Path, List[Path]]:
     """A toy data-bin and a tiny sret_transformer trained with --mixed-depth 1:0.5 for a few
     updates (fairseq's command-line tools, as a user would)."""
-    from fairseq_sret.toy_data import write_reversal_corpus
+    from fairseq_sret_cli.toy import write_reversal_corpus
 
     raw = folder / "raw"
     write_reversal_corpus(raw, (("train", 200), ("valid", 20), ("test", 20)), seed=0, vocab_size=16, lengths=(2, 8))

@@ -8,7 +8,7 @@ fairseq's ``transformer_iwslt_de_en`` made pre-LN with ``--encoder-normalize-bef
 --decoder-normalize-before``, both ``--share-all-embeddings``):
 
 - ``fairseq_cli.train``: ``--max-update`` updates of ``--max-tokens`` tokens on a generated
-  reversal corpus (``fairseq_sret.toy_data``, ~10K joined vocabulary like IWSLT'14, 10-40
+  reversal corpus (``fairseq_sret_cli.toy``, ~10K joined vocabulary like IWSLT'14, 10-40
   words a sentence); target tokens/s = the median ``wps`` of fairseq's ``train_inner`` logs
   after the first interval (warm-up);
 - ``fairseq_cli.generate``: beam ``--beam`` on ``--gen-sentences`` test sentences with every
@@ -126,7 +126,7 @@ def _run(cmd, log, timeout):
 
 
 def prepare_data(args, work: Path):
-    from fairseq_sret.toy_data import write_reversal_corpus
+    from fairseq_sret_cli.toy import write_reversal_corpus
 
     raw, binned = work / "raw", work / "bin"
     if (binned / "dict.src.txt").exists():

@@ -46,7 +46,7 @@ from benchmarks.common import (
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_sret.core import fast_paths
 from fairseq_sret.models.sret_transformer import SReTDecoderLayer, SReTEncoderLayer
-from fairseq_sret.tools.toy import ToyTask, architecture_args, build_model
+from fairseq_sret_cli.toy import ToyTask, architecture_args, build_model
 
 TARGETS = {"train": 0.95, "generate": 0.90}
 warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")

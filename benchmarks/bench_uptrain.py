@@ -86,7 +86,7 @@ def curve(log: str):
 
 
 def bleu(data, checkpoint, raw):
-    from fairseq_sret.evaluation.bleu import tokenized_bleu
+    from fairseq_sret_cli.evaluation.bleu import tokenized_bleu
 
     out = tool("fairseq-generate", data, *USER_DIR, "--path", checkpoint, "--gen-subset", "test", "--beam", "4",
                "--batch-size", "64", "--cpu", "--required-batch-size-multiple", "1")
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     print(hardware_line(torch.device("cpu")) + " | every fairseq run: OMP_NUM_THREADS=1, two runs at a time")
     start = time.time()
 
-    from fairseq_sret.toy_data import write_reversal_corpus
+    from fairseq_sret_cli.toy import write_reversal_corpus
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_uptrain_"))
     raw = write_reversal_corpus(work / "raw", (("train", args.train_sentences), ("valid", args.eval_sentences),
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     teacher = work / "teacher" / "checkpoint_best.pt"  # what a user converts: the best valid loss
 
     converted = work / "uptrained.pt"
-    result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.uptrain", teacher, converted],
+    result = subprocess.run([sys.executable, "-m", "fairseq_sret_cli.uptrain", teacher, converted],
                             env=env(), capture_output=True, text=True, check=True)
     sret_model = result.stdout.split()
     print("sret-uptrain:", " ".join(line.strip() for line in result.stderr.splitlines() if "->" in line))

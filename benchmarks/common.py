@@ -31,7 +31,7 @@ def set_threads(threads: Optional[int]) -> None:
 
 
 def _cpu_model() -> str:
-    from fairseq_sret.experiments.report import cpu_model
+    from fairseq_sret_cli.experiment_runner.report import cpu_model
 
     return cpu_model()
 

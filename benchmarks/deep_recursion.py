@@ -3,7 +3,7 @@
 Builds the fairseq ``sret_transformer`` (LRC on) with ``--unique-layers`` layers per side,
 each applied ``--recursions`` times: 5 unique layers x 100 recursions on the encoder and on
 the decoder = 10 unique layers, 1000 layer applications. Training data are generated:
-sentences of the reversal toy task (:mod:`fairseq_sret.toy_data`), ``--length`` tokens each.
+sentences of the reversal toy task (:mod:`fairseq_sret_cli.toy`), ``--length`` tokens each.
 
 Memory (``--memory``): each setting (``--checkpoint-recursions`` off, then on) runs in a
 fresh child process that builds the model, takes one warm-up training step (so Adam's
@@ -41,8 +41,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fairseq_sret.tools import toy
-from fairseq_sret.toy_data import reversal_batch, reversal_pairs
+from fairseq_sret_cli import toy
+from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -63,7 +63,7 @@ def forward_flops(model, samples) -> dict:
 
 
 def main(argv=None) -> int:
-    from fairseq_sret.experiments import load_experiment
+    from fairseq_sret_cli.experiment_runner import load_experiment
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("experiment")

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
-from fairseq_sret.toy_data import reversal_batch, reversal_pairs
+from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -44,14 +44,14 @@ if [ "${SMOKE:-0}" = "1" ]; then
     python3 - "$work" <<'PY'
 import sys
 from pathlib import Path
-from fairseq_sret.toy_data import write_reversal_corpus
+from fairseq_sret_cli.toy import write_reversal_corpus
 raw = write_reversal_corpus(Path(sys.argv[1]) / "m30k", [("train", 600), ("val", 40), ("test_2016_flickr", 30),
                                                          ("test_2017_flickr", 30)], vocab_size=16)
 for p in list(raw.iterdir()):
     p.rename(p.with_suffix(".de" if p.suffix == ".src" else ".en"))
 PY
-    python3 -m fairseq_sret.cli.prepare multi30k --src "$work/m30k" --out "$work/bin" --vocab-size 60 > /dev/null
-    exec python3 -m fairseq_sret.cli.experiments examples/toy/experiments.yaml --data "$work/bin" \
+    python3 -m fairseq_sret_cli.prepare multi30k --src "$work/m30k" --out "$work/bin" --vocab-size 60 > /dev/null
+    exec python3 -m fairseq_sret_cli.experiments examples/toy/experiments.yaml --data "$work/bin" \
         --output "$work/runs" --results "$out" --cpu --jobs 2 --max-update 10 --progress-interval 10 "$@"
 fi
 
@@ -67,11 +67,11 @@ else
 fi
 export PYTHONUNBUFFERED=1
 data=/tmp/sret-data/multi30k_de_en
-python3 -m fairseq_sret.cli.prepare multi30k --src "$stage/multi30k_raw" --out "$data" --workers 8 > /dev/null
+python3 -m fairseq_sret_cli.prepare multi30k --src "$stage/multi30k_raw" --out "$data" --workers 8 > /dev/null
 gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo GPU)"
 args=("$experiment" --data "$data" --output /tmp/sret-runs --results "$out" --jobs "${JOBS:-6}"
       --time-limit "${MINUTES:-8}" --progress-interval 60 --note "$gpu, ${JOBS:-6} trainings side by side")
 if [ "${DRY_RUN:-0}" = "1" ]; then
     args+=(--dry-run)
 fi
-python3 -m fairseq_sret.cli.experiments "${args[@]}" "$@"
+python3 -m fairseq_sret_cli.experiments "${args[@]}" "$@"

@@ -58,7 +58,7 @@ def training_seconds(run_dir: Path) -> float:
 
 
 def summarise(run_dir: Path, title: str) -> dict:
-    from fairseq_sret.experiments.runner import model_facts, parse_training_log, training_summary
+    from fairseq_sret_cli.experiment_runner.runner import model_facts, parse_training_log, training_summary
 
     log = (run_dir / "train.log").read_text()
     stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d):\d\d \|", log, flags=re.M)

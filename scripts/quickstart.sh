@@ -76,7 +76,7 @@ if [ -n "$data" ]; then
 else
     echo "[quickstart] no local Multi30k given (--data DIR or SRET_DATA_MULTI30K): downloading it"
 fi
-"$py" -m fairseq_sret.cli.prepare multi30k "${src_args[@]}" --out "$bin_dir" \
+"$py" -m fairseq_sret_cli.prepare multi30k "${src_args[@]}" --out "$bin_dir" \
     --vocab-size "${SRET_VOCAB:-8000}" > /dev/null
 
 # ------------------------------------------------------------------ training
@@ -109,7 +109,7 @@ train_args+=(${SRET_MODEL_ARGS:-} ${SRET_TRAIN_ARGS:-})
 echo "[quickstart] training $arch for $max_update updates (full log: $run_dir/train.log)"
 set +e
 "$py" -m fairseq_cli.train "${train_args[@]}" 2>&1 | tee -a "$run_dir/train.log" \
-    | "$py" -m fairseq_sret.experiments.progress --total "$max_update" --minutes "$minutes" --prefix "[quickstart]"
+    | "$py" -m fairseq_sret_cli.experiment_runner.progress --total "$max_update" --minutes "$minutes" --prefix "[quickstart]"
 status=("${PIPESTATUS[@]}")
 set -e
 if [ "${status[0]}" != "0" ]; then
@@ -127,7 +127,7 @@ else
     what="$ckpt_dir/checkpoint_${SRET_CHECKPOINT:-last}.pt"
 fi
 echo "[quickstart] evaluating $what on test_2016_flickr"
-"$py" -m fairseq_sret.cli.evaluate --data "$bin_dir" "${model_args[@]}" --subset test \
+"$py" -m fairseq_sret_cli.evaluate --data "$bin_dir" "${model_args[@]}" --subset test \
     --beam "${SRET_BEAM:-5}" --lenpen "${SRET_LENPEN:-1.0}" --output-dir "$run_dir/eval" \
     --generate-args "${SRET_EVAL_ARGS:-}"
 elapsed=$(( $(date +%s) - start ))

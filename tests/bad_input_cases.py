@@ -55,7 +55,7 @@ def transformer_checkpoint(folder: Path, name: str = "transformer.pt", layers: i
     import torch
 
     from fairseq_sret.nmt_checkpoints import save_checkpoint
-    from fairseq_sret.tools.toy import architecture_args
+    from fairseq_sret_cli.toy import architecture_args
     from nmt_helpers import SMALL, build
 
     kw = dict(SMALL, encoder_layers=layers, decoder_layers=2, dropout=0.0)
@@ -321,10 +321,10 @@ def run_case(case: Case, folder: Path, timeout: int = 300):
 
 #: the module whose ``main`` each ``sret-*`` command runs (setup.py's entry points)
 MAINS = {
-    "sret-uptrain": "fairseq_sret.cli.uptrain", "sret-experiments": "fairseq_sret.cli.experiments",
-    "sret-prepare": "fairseq_sret.cli.prepare", "sret-evaluate": "fairseq_sret.cli.evaluate",
-    "sret-average-checkpoints": "fairseq_sret.cli.average_checkpoints",
-    "sret-train-vision": "fairseq_sret.cli.train_vision", "sret-toy-data": "fairseq_sret.toy_data",
+    "sret-uptrain": "fairseq_sret_cli.uptrain", "sret-experiments": "fairseq_sret_cli.experiments",
+    "sret-prepare": "fairseq_sret_cli.prepare", "sret-evaluate": "fairseq_sret_cli.evaluate",
+    "sret-average-checkpoints": "fairseq_sret_cli.average_checkpoints",
+    "sret-train-vision": "fairseq_sret_cli.train_vision", "sret-toy-data": "fairseq_sret_cli.toy",
 }
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairseq_sret.toy_data import write_reversal_corpus
+from fairseq_sret_cli.toy import write_reversal_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

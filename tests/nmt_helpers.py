@@ -1,7 +1,7 @@
 """Helpers for building small fairseq models in tests without data files."""
 
-from fairseq_sret.tools.toy import ToyTask as DummyTask
-from fairseq_sret.tools.toy import build_model
+from fairseq_sret_cli.toy import ToyTask as DummyTask
+from fairseq_sret_cli.toy import build_model
 
 
 def build(arch, task=None, **overrides):

@@ -7,9 +7,9 @@ import re
 import shutil
 from pathlib import Path
 
-from fairseq_sret.data import iwslt14
-from fairseq_sret.data.io import read_lines, write_lines
-from fairseq_sret.data.text import _moses_tokenizer, clean_indices, map_lines, moses_detokenize, moses_tokenize
+from fairseq_sret_cli.data import iwslt14
+from fairseq_sret_cli.data.io import read_lines, write_lines
+from fairseq_sret_cli.data.text import _moses_tokenizer, clean_indices, map_lines, moses_detokenize, moses_tokenize
 
 WMT14_CORPORA = ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"]
 

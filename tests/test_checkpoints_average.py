@@ -102,7 +102,7 @@ def test_unknown_globals_are_refused_not_unpickled(tmp_path):
 
 
 def load_script(name="average_checkpoints"):
-    return importlib.import_module(f"fairseq_sret.cli.{name}")
+    return importlib.import_module(f"fairseq_sret_cli.{name}")
 
 
 def test_average_checkpoints_cli(run_dir, tmp_path, capsys):

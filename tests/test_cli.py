@@ -12,15 +12,15 @@ pytestmark = pytest.mark.e2e
 
 BIN = Path(sys.executable).parent
 COMMANDS = {
-    "sret-prepare": "fairseq_sret.cli.prepare",
-    "sret-evaluate": "fairseq_sret.cli.evaluate",
-    "sret-average-checkpoints": "fairseq_sret.cli.average_checkpoints",
-    "sret-plot-lrc": "fairseq_sret.cli.plot_lrc",
-    "sret-train-vision": "fairseq_sret.cli.train_vision",
-    "sret-count": "fairseq_sret.cli.count",
-    "sret-toy-data": "fairseq_sret.toy_data",
-    "sret-uptrain": "fairseq_sret.cli.uptrain",
-    "sret-experiments": "fairseq_sret.cli.experiments",
+    "sret-prepare": "fairseq_sret_cli.prepare",
+    "sret-evaluate": "fairseq_sret_cli.evaluate",
+    "sret-average-checkpoints": "fairseq_sret_cli.average_checkpoints",
+    "sret-plot-lrc": "fairseq_sret_cli.plot_lrc",
+    "sret-train-vision": "fairseq_sret_cli.train_vision",
+    "sret-count": "fairseq_sret_cli.count",
+    "sret-toy-data": "fairseq_sret_cli.toy",
+    "sret-uptrain": "fairseq_sret_cli.uptrain",
+    "sret-experiments": "fairseq_sret_cli.experiments",
 }
 REPO = Path(__file__).resolve().parents[1]
 

@@ -76,7 +76,7 @@ def test_compile_recursive_mixer():
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_compile_nmt_encoder_layer():
-    from fairseq_sret.tools.toy import build_model
+    from fairseq_sret_cli.toy import build_model
 
     torch.manual_seed(0)
     model = build_model(

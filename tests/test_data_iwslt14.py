@@ -9,9 +9,9 @@ of the lines.
 
 import pytest
 
-from fairseq_sret.data import iwslt14
-from fairseq_sret.data.io import read_lines
-from fairseq_sret.data.text import tokenize_lowercase
+from fairseq_sret_cli.data import iwslt14
+from fairseq_sret_cli.data.io import read_lines
+from fairseq_sret_cli.data.text import tokenize_lowercase
 from conftest import SHARED, shared_path
 from recipe_sources import fake_valid_source, iwslt14_source
 
@@ -72,7 +72,7 @@ def test_full_valid_tokenization_matches_reference(shared_dir):
 
 
 def test_data_bin_and_metadata(iwslt_dir):
-    from fairseq_sret.data.common import read_metadata
+    from fairseq_sret_cli.data.common import read_metadata
 
     meta = read_metadata(iwslt_dir)
     assert meta["recipe"] == "iwslt14" and meta["output"] == "tokenized_lowercased"
@@ -82,7 +82,7 @@ def test_data_bin_and_metadata(iwslt_dir):
             assert (iwslt_dir / f"{split}.de-en.{lang}.bin").stat().st_size > 0
     assert len(read_lines(iwslt_dir / "text/test.sp.en")) == 6750
     # the subword text decodes back to the tokenized text
-    from fairseq_sret.data.subword import SentencePieceCodec
+    from fairseq_sret_cli.data.subword import SentencePieceCodec
 
     pieces = read_lines(iwslt_dir / "text/test.sp.en")[:50]
     assert [SentencePieceCodec.decode(p) for p in pieces] == read_lines(iwslt_dir / "text/test.en")[:50]

@@ -5,8 +5,8 @@ import gzip
 
 import pytest
 
-from fairseq_sret.data import multi30k
-from fairseq_sret.data.io import read_lines, write_lines
+from fairseq_sret_cli.data import multi30k
+from fairseq_sret_cli.data.io import read_lines, write_lines
 from conftest import shared_path
 
 N_TRAIN = 3000
@@ -39,7 +39,7 @@ def test_splits_and_references(m30k_dir, shared_dir):
 
 
 def test_joined_dictionary_and_metadata(m30k_dir):
-    from fairseq_sret.data.common import read_metadata
+    from fairseq_sret_cli.data.common import read_metadata
 
     assert (m30k_dir / "dict.de.txt").read_text() == (m30k_dir / "dict.en.txt").read_text()
     meta = read_metadata(m30k_dir)
@@ -48,7 +48,7 @@ def test_joined_dictionary_and_metadata(m30k_dir):
 
 
 def test_pieces_decode_to_raw_text(m30k_dir):
-    from fairseq_sret.data.subword import SentencePieceCodec
+    from fairseq_sret_cli.data.subword import SentencePieceCodec
 
     pieces = read_lines(m30k_dir / "text/test.sp.en")
     raw = read_lines(m30k_dir / "text/test.raw.en")
@@ -58,7 +58,7 @@ def test_pieces_decode_to_raw_text(m30k_dir):
 def test_download_fails_clearly_offline(tmp_path, monkeypatch):
     import urllib.request
 
-    from fairseq_sret.data.download import DownloadError
+    from fairseq_sret_cli.data.download import DownloadError
 
     def offline(*args, **kwargs):
         raise OSError("network is unreachable")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from fairseq_sret.data.io import read_lines, write_lines
-from fairseq_sret.data.text import (
+from fairseq_sret_cli.data.io import read_lines, write_lines
+from fairseq_sret_cli.data.text import (
     clean_indices, clean_parallel, compound_split, iwslt_train_filter, moses_detokenize, moses_tokenize,
     remove_non_printing, sgm_segments, tokenize_lowercase, xml_segments,
 )
@@ -75,7 +75,7 @@ def test_read_lines_keeps_carriage_returns(tmp_path):
 def test_sources_accept_an_archive_or_a_folder_with_archives(tmp_path):
     import tarfile
 
-    from fairseq_sret.data.common import Sources
+    from fairseq_sret_cli.data.common import Sources
 
     src = tmp_path / "de-en"
     write_lines(src / "train.tags.de-en.de", ["Hallo ."])

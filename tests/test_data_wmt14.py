@@ -4,9 +4,9 @@ the real newstest2013 / newstest2014 files."""
 
 import pytest
 
-from fairseq_sret.data import wmt14
-from fairseq_sret.data.io import read_lines
-from fairseq_sret.data.text import sgm_segments
+from fairseq_sret_cli.data import wmt14
+from fairseq_sret_cli.data.io import read_lines
+from fairseq_sret_cli.data.text import sgm_segments
 from conftest import shared_path
 from recipe_sources import wmt14_source
 
@@ -51,8 +51,8 @@ def test_training_data_cleaned(wmt_dir):
 
 
 def test_data_bin(wmt_dir):
-    from fairseq_sret.data.common import read_metadata
-    from fairseq_sret.data.subword import SentencePieceCodec
+    from fairseq_sret_cli.data.common import read_metadata
+    from fairseq_sret_cli.data.subword import SentencePieceCodec
 
     meta = read_metadata(wmt_dir)
     assert (meta["source_lang"], meta["target_lang"]) == ("en", "de")

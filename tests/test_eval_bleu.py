@@ -3,7 +3,7 @@
 import pytest
 import sacrebleu
 
-from fairseq_sret.evaluation import bleu
+from fairseq_sret_cli.evaluation import bleu
 
 HYPS = ["the cat sat on the mat .", "there is a dog in the garden .", "he reads a well-known book"]
 REFS = ["the cat sat on a mat .", "a dog is in the garden .", "he is reading a well-known book"]

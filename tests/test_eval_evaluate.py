@@ -6,9 +6,9 @@ import json
 import pytest
 import sacrebleu
 
-from fairseq_sret.data.io import write_lines
-from fairseq_sret.evaluation.evaluate import evaluate, format_report
-from fairseq_sret.evaluation.generate import read_hypotheses
+from fairseq_sret_cli.data.io import write_lines
+from fairseq_sret_cli.evaluation.evaluate import evaluate, format_report
+from fairseq_sret_cli.evaluation.generate import read_hypotheses
 
 
 def pieces(text: str) -> str:

@@ -1,4 +1,4 @@
-"""LRC coefficient trajectories (fairseq_sret.evaluation.lrc, sret-plot-lrc) on a synthetic run."""
+"""LRC coefficient trajectories (fairseq_sret_cli.evaluation.lrc, sret-plot-lrc) on a synthetic run."""
 
 import argparse
 import collections
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_sret.evaluation import lrc
+from fairseq_sret_cli.evaluation import lrc
 
 NAMES = [
     "encoder.layers.0.recursive.layer.self_attn_residual.skip_scale",
@@ -68,7 +68,7 @@ def test_no_lrc_parameters_is_a_clear_error(tmp_path):
 
 
 def load_script(name="plot_lrc"):
-    return importlib.import_module(f"fairseq_sret.cli.{name}")
+    return importlib.import_module(f"fairseq_sret_cli.{name}")
 
 
 def test_cli_prints_a_table_without_matplotlib(tmp_path, monkeypatch, capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_sret.data.io import read_lines, write_lines
+from fairseq_sret_cli.data.io import read_lines, write_lines
 
 pytestmark = pytest.mark.e2e
 

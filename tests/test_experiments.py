@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_sret.experiments import ExperimentError, parse_experiment, parse_training_log, training_summary
-from fairseq_sret.toy_data import write_reversal_corpus
+from fairseq_sret_cli.experiment_runner import ExperimentError, parse_experiment, parse_training_log, training_summary
+from fairseq_sret_cli.toy import write_reversal_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -69,7 +69,7 @@ def test_updates_trained_again_after_a_resume_or_a_restart_are_counted():
 
 
 def test_the_report_lists_the_runs_that_took_several_processes():
-    from fairseq_sret.experiments.report import restarted_runs
+    from fairseq_sret_cli.experiment_runner.report import restarted_runs
 
     runs = [{"row": "a", "seed": 1, "status": "done", "train_processes": 2,
              "train": {"starts": 2, "repeated_updates": 88}},
@@ -133,7 +133,7 @@ def _row_record(row: str, seed: int, bleu: dict, cpu_seconds: float) -> dict:
 def test_figures_name_the_machine_and_the_command_and_draw_the_depth_curve(tmp_path):
     from PIL import Image
 
-    from fairseq_sret.experiments.report import aggregate, plot
+    from fairseq_sret_cli.experiment_runner.report import aggregate, plot
 
     raw = minimal(rows=[{"id": "sret", "arch": "sret_transformer_tiny", "seeds": [1, 2]},
                         {"id": "transformer", "arch": "transformer", "variants": [""]}],
@@ -168,14 +168,14 @@ def toy_bin(tmp_path_factory):
                                                ("test_2017_flickr", 40)], vocab_size=16)
     for path in list(raw.iterdir()):
         path.rename(path.with_suffix(".de" if path.suffix == ".src" else ".en"))
-    subprocess.run([sys.executable, "-m", "fairseq_sret.cli.prepare", "multi30k", "--src", str(raw),
+    subprocess.run([sys.executable, "-m", "fairseq_sret_cli.prepare", "multi30k", "--src", str(raw),
                     "--out", str(root / "bin"), "--vocab-size", "60"], check=True, capture_output=True)
     return root / "bin"
 
 
 @pytest.mark.e2e
 def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
-    cmd = [sys.executable, "-m", "fairseq_sret.cli.experiments", str(REPO / "examples/toy/experiments.yaml"),
+    cmd = [sys.executable, "-m", "fairseq_sret_cli.experiments", str(REPO / "examples/toy/experiments.yaml"),
            "--data", str(toy_bin), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "results"),
            "--cpu", "--jobs", "2", "--max-update", "30", "--progress-interval", "5"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -261,7 +261,7 @@ rows:
 def test_an_uptrained_row_waits_for_its_teacher_and_fine_tunes_its_conversion(toy_bin, tmp_path):
     experiment = tmp_path / "uptraining.yaml"
     experiment.write_text(UPTRAINING)
-    cmd = [sys.executable, "-m", "fairseq_sret.cli.experiments", str(experiment), "--data", str(toy_bin),
+    cmd = [sys.executable, "-m", "fairseq_sret_cli.experiments", str(experiment), "--data", str(toy_bin),
            "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--cpu", "--jobs", "2"]
     dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0 and "--finetune-from-model" in dry.stdout.splitlines()[1], dry.stderr[-2000:]
@@ -288,7 +288,7 @@ def test_an_uptrained_row_waits_for_its_teacher_and_fine_tunes_its_conversion(to
 def test_an_uptrained_row_without_its_trained_teacher_fails_clearly(toy_bin, tmp_path):
     experiment = tmp_path / "uptraining.yaml"
     experiment.write_text(UPTRAINING)
-    result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.experiments", str(experiment),
+    result = subprocess.run([sys.executable, "-m", "fairseq_sret_cli.experiments", str(experiment),
                              "--data", str(toy_bin), "--output", str(tmp_path / "runs"), "--results",
                              str(tmp_path / "results"), "--cpu", "--rows", "uptrained"],
                             capture_output=True, text=True, timeout=300)
@@ -299,7 +299,7 @@ def test_an_uptrained_row_without_its_trained_teacher_fails_clearly(toy_bin, tmp
 
 @pytest.mark.e2e  # prepares the toy data-bin and runs the command
 def test_unknown_row_is_an_error(toy_bin, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.experiments",
+    result = subprocess.run([sys.executable, "-m", "fairseq_sret_cli.experiments",
                              str(REPO / "examples/toy/experiments.yaml"), "--data", str(toy_bin),
                              "--rows", "nope", "--dry-run"], capture_output=True, text=True)
     assert result.returncode == 2 and "no rows ['nope']" in result.stderr
@@ -308,7 +308,7 @@ def test_unknown_row_is_an_error(toy_bin, tmp_path):
 def test_progress_prints_updates_done_of_total_and_the_expected_time():
     import io
 
-    from fairseq_sret.experiments.progress import Progress
+    from fairseq_sret_cli.experiment_runner.progress import Progress
 
     now = [0.0]
     out = io.StringIO()
@@ -335,7 +335,7 @@ def test_progress_prints_updates_done_of_total_and_the_expected_time():
 def test_progress_counts_down_to_a_time_limit_that_comes_before_the_last_update():
     import io
 
-    from fairseq_sret.experiments.progress import Progress
+    from fairseq_sret_cli.experiment_runner.progress import Progress
 
     now = [0.0]
     out = io.StringIO()
@@ -350,7 +350,7 @@ def test_progress_counts_down_to_a_time_limit_that_comes_before_the_last_update(
 
 
 def test_reaping_a_training_process_gives_its_own_cpu_time():
-    from fairseq_sret.experiments.runner import add_cpu_seconds, reap
+    from fairseq_sret_cli.experiment_runner.runner import add_cpu_seconds, reap
 
     burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])

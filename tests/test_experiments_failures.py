@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fairseq_sret.experiments import parse_experiment, runner
+from fairseq_sret_cli.experiment_runner import parse_experiment, runner
 
 
 @pytest.fixture

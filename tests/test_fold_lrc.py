@@ -108,7 +108,7 @@ def test_fold_leaves_plain_residuals_alone():
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 @pytest.mark.parametrize("post_ln,nll_ratio", [(False, 1.0), (False, 0.0), (True, 1.0)])
 def test_fold_translation_model(post_ln, nll_ratio):
-    from fairseq_sret.tools.toy import build_model
+    from fairseq_sret_cli.toy import build_model
 
     torch.manual_seed(0)
     model = build_model(

@@ -25,7 +25,7 @@ from cli_helpers import ENV, REPO, preprocess, run, write_corpus
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq_sret.models.sret_transformer.hydra_config import _options, namespace_from_config
 from fairseq_sret.models.sret_transformer import SReTTransformerModel
-from fairseq_sret.tools.toy import architecture_args
+from fairseq_sret_cli.toy import architecture_args
 from nmt_helpers import SMALL, DummyTask, build
 from test_bad_input import INVALID
 

@@ -150,7 +150,7 @@ def test_sret_experiments_killed_mid_run_and_mid_write_keeps_its_results(tmp_pat
                   " --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 --decoder-attention-heads 2}\n"
                   for i in range(2)))
     results = tmp_path / "results"
-    argv = [sys.executable, "-m", "fairseq_sret.cli.experiments", str(experiment), "--data", str(data), "--cpu",
+    argv = [sys.executable, "-m", "fairseq_sret_cli.experiments", str(experiment), "--data", str(data), "--cpu",
             "--output", str(tmp_path / "runs"), "--results", str(results), "--progress-interval", "0"]
     rng = random.Random(1)
     log = tmp_path / "runner.log"
@@ -179,7 +179,7 @@ def test_sret_train_vision_killed_resumes_to_the_last_epoch(tmp_path):
 
     images(tmp_path)
     out = tmp_path / "out"
-    base = [sys.executable, "-m", "fairseq_sret.cli.train_vision", "--data", str(tmp_path / "images"),
+    base = [sys.executable, "-m", "fairseq_sret_cli.train_vision", "--data", str(tmp_path / "images"),
             "--model", "sret_ext", "--img-size", "32", "--epochs", "12", "--batch-size", "4", "--workers", "0",
             "--warmup-epochs", "0", "--output", str(out), "--device", "cpu"]
     rng = random.Random(2)

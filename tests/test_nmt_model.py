@@ -7,7 +7,7 @@ import torch
 
 from fairseq import search
 from fairseq.sequence_generator import SequenceGenerator
-from fairseq_sret.tools.convert import fairseq_transformer_to_sret
+from fairseq_sret.conversion.convert import fairseq_transformer_to_sret
 from nmt_helpers import SMALL, DummyTask, build
 
 PLAIN = dict(encoder_recursions=1, decoder_recursions=1, nll_ratio=0.0, no_lrc=True,

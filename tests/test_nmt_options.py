@@ -14,7 +14,7 @@ import torch
 
 from fairseq.models.transformer import TransformerModel
 from nmt_helpers import build
-from fairseq_sret.tools.toy import ToyTask
+from fairseq_sret_cli.toy import ToyTask
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

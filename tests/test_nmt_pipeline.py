@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from fairseq_sret.toy_data import write_reversal_corpus
+from fairseq_sret_cli.toy import write_reversal_corpus
 
 pytestmark = pytest.mark.e2e
 

@@ -41,7 +41,7 @@ def env():
 
 
 def prepare(recipe, source, data, env, *extra):
-    run([sys.executable, "-m", "fairseq_sret.cli.prepare", recipe, "--src", str(source), "--out", str(data),
+    run([sys.executable, "-m", "fairseq_sret_cli.prepare", recipe, "--src", str(source), "--out", str(data),
          "--vocab-size", "4000", *extra], env, timeout=600)
     meta = json.loads((data / "sret_data.json").read_text())
     assert meta["recipe"] == recipe

@@ -23,8 +23,8 @@ import torch
 from cli_helpers import ENV, TRAIN, USER_DIR, preprocess, run, write_corpus
 from fairseq import options as fairseq_options
 from fairseq.models import ARCH_MODEL_REGISTRY
-from fairseq_sret.tools.toy import architecture_args
-from fairseq_sret.tools.uptrain import layer_groups, uptrain_checkpoint
+from fairseq_sret_cli.toy import architecture_args
+from fairseq_sret.conversion.uptrain import layer_groups, uptrain_checkpoint
 from nmt_helpers import SMALL, build
 from test_nmt_model import sample_batch
 
@@ -191,7 +191,7 @@ def test_uptrain_then_generate_and_finetune(tmp_path):
     run("fairseq-train", data, *TRAIN, *model, "--max-update", "4", "--save-dir", tmp_path / "transformer")
     source = tmp_path / "transformer" / "checkpoint_last.pt"
     converted = tmp_path / "uptrained.pt"
-    result = subprocess.run([sys.executable, "-m", "fairseq_sret.cli.uptrain", str(source), str(converted)],
+    result = subprocess.run([sys.executable, "-m", "fairseq_sret_cli.uptrain", str(source), str(converted)],
                             env=ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "0+1 -> 0, 2+3 -> 1" in result.stderr

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_sret.vision import SoftDistillationLoss, SReT, soft_distillation_loss
-from fairseq_sret.vision.training import cosine_lr, param_groups, topk_correct
+from fairseq_sret_cli.vision_training import cosine_lr, param_groups, topk_correct
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -97,7 +97,7 @@ def image_folder(tmp_path):
 
 
 def test_image_folder_and_transforms(image_folder):
-    from fairseq_sret.vision.data import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, ImageFolder, TrainTransform
+    from fairseq_sret_cli.image_folder import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, ImageFolder, TrainTransform
 
     ds = ImageFolder(str(image_folder / "train"), EvalTransform(32), return_index=True)
     assert ds.classes == ["cat", "dog"] and len(ds) == 8
@@ -116,7 +116,7 @@ def test_image_folder_and_transforms(image_folder):
 
 
 def load_script():
-    from fairseq_sret.cli import train_vision
+    from fairseq_sret_cli import train_vision
 
     return train_vision
 
@@ -185,7 +185,7 @@ def test_resume_refuses_a_checkpoint_that_would_run_code(image_folder, tmp_path)
 
 
 def test_teacher_logits_are_aligned_by_path(image_folder, tmp_path):
-    from fairseq_sret.vision.data import ImageFolder
+    from fairseq_sret_cli.image_folder import ImageFolder
 
     script = load_script()
     ds = ImageFolder(str(image_folder / "train"))

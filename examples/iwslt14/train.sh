@@ -28,7 +28,7 @@ data="${DATA:-$repo/data-bin/iwslt14_de_en}"
 save_dir="${SAVE_DIR:-$repo/checkpoints/iwslt14_$model}"
 
 if [ ! -f "$data/sret_data.json" ]; then
-    "$py" -m fairseq_sret.cli.prepare iwslt14 ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
+    "$py" -m fairseq_sret_cli.prepare iwslt14 ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
 fi
 
 mkdir -p "$save_dir"
@@ -45,9 +45,9 @@ mkdir -p "$save_dir"
 
 # shellcheck disable=SC2086
 if [ "${AVERAGE_LAST:-0}" -gt 1 ]; then
-    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "$AVERAGE_LAST" \
+    "$py" -m fairseq_sret_cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "$AVERAGE_LAST" \
         --beam 5 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 else
-    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
+    "$py" -m fairseq_sret_cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
         --beam 5 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 fi

@@ -31,7 +31,7 @@ data="${DATA:-$repo/data-bin/wmt14_en_de}"
 save_dir="${SAVE_DIR:-$repo/checkpoints/wmt14_$model}"
 
 if [ ! -f "$data/sret_data.json" ]; then
-    "$py" -m fairseq_sret.cli.prepare wmt14 ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
+    "$py" -m fairseq_sret_cli.prepare wmt14 ${SRC:+--src "$SRC"} --out "$data" --workers "$(nproc)"
 fi
 
 mkdir -p "$save_dir"
@@ -48,9 +48,9 @@ mkdir -p "$save_dir"
 
 # shellcheck disable=SC2086
 if [ "${AVERAGE_LAST:-5}" -gt 1 ]; then
-    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "${AVERAGE_LAST:-5}" \
+    "$py" -m fairseq_sret_cli.evaluate --data "$data" --checkpoint-dir "$save_dir" --average-last "${AVERAGE_LAST:-5}" \
         --by-update --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 else
-    "$py" -m fairseq_sret.cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
+    "$py" -m fairseq_sret_cli.evaluate --data "$data" --checkpoint "$save_dir/checkpoint_best.pt" \
         --beam 4 --lenpen 0.6 --output-dir "$save_dir/eval" ${EVAL_ARGS:-}
 fi

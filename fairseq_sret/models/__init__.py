@@ -1,8 +1,8 @@
 """fairseq adapters: only what fairseq registers. ``--user-dir fairseq_sret`` imports every
 module of this folder (``fairseq.models.import_models``); importing it registers the SReT
 architectures and the mixed-depth criterion with fairseq and applies the fixes of
-:mod:`fairseq_sret.fairseq_patches`. Tools that build or convert models live in
-:mod:`fairseq_sret.tools`."""
+:mod:`fairseq_sret.fairseq_patches`. Converting models lives in
+:mod:`fairseq_sret.conversion`."""
 
 from ..fairseq_patches import apply_patches
 

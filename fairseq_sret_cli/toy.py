@@ -1,11 +1,16 @@
-"""The reversal toy task: reverse the words of a random sentence and map ``w<i>`` to ``v<i>``.
+"""The toy task, for demos, tests and benchmarks.
 
-A tiny model learns it in a few hundred updates, so BLEU visibly rises over training. One
+The reversal corpus: reverse the words of a random sentence and map ``w<i>`` to ``v<i>``. A
+tiny model learns it in a few hundred updates, so BLEU visibly rises over training. One
 generator of sentence pairs feeds both forms: text files for fairseq's tools (demos, tests)
-and token tensors for models trained without data files (benchmarks). Pure Python; torch is
-imported only by :func:`reversal_batch`; no fairseq.
+and token tensors for models trained without data files (benchmarks).
 
-Usage: ``sret-toy-data OUT_DIR`` (or ``python -m fairseq_sret.toy_data OUT_DIR``) writes
+:class:`ToyTask` stands in for a fairseq task (``build_model`` only reads its dictionaries);
+:func:`build_model` builds any registered architecture, ours or fairseq's, from
+argparse-style overrides, the way ``fairseq-train --arch NAME --option value`` would.
+torch and fairseq are imported only by the functions that need them.
+
+Usage: ``sret-toy-data OUT_DIR`` (or ``python -m fairseq_sret_cli.toy_data OUT_DIR``) writes
 ``{train,valid,test}.{src,tgt}``.
 """
 
@@ -16,7 +21,7 @@ import random
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
 
-from .cli import user_errors
+from . import user_errors
 
 SPLITS = (("train", 3000), ("valid", 80), ("test", 60))
 
@@ -71,6 +76,48 @@ def reversal_batch(pairs: Sequence[Pair], first_word: int, pad: int, eos: int):
         prev[row, :n] = torch.tensor([eos] + [first_word + i for i in reversed_words])
     lengths = torch.tensor([len(words) + 1 for words, _ in pairs])
     return source, lengths, prev, target
+
+
+# ---------------------------------------------------------------- models without data files
+class ToyTask:
+    """One dictionary for source and target: fairseq's special symbols, then the words
+    ``w0 .. w<vocab_size - 1>``."""
+
+    def __init__(self, vocab_size: int = 30):
+        from fairseq.data import Dictionary
+
+        dictionary = Dictionary()
+        for i in range(vocab_size):
+            dictionary.add_symbol(f"w{i}")
+        self.source_dictionary = self.target_dictionary = dictionary
+
+    @classmethod
+    def of_dictionary_size(cls, size: int) -> "ToyTask":
+        """A task whose dictionary holds ``size`` entries, special symbols included."""
+        from fairseq.data import Dictionary
+
+        return cls(size - len(Dictionary()))
+
+
+def architecture_args(arch: str, **overrides) -> argparse.Namespace:
+    """The options of architecture ``arch``: ``overrides`` (argparse names, e.g.
+    ``encoder_layers=2``) and the architecture's defaults for everything else."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    import fairseq_sret.models  # noqa: F401  (registers the sret_transformer architectures)
+
+    args = argparse.Namespace(**overrides)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return args
+
+
+def build_model(arch: str, vocab_size: int = 30, task=None, **overrides):
+    """The registered architecture ``arch`` with ``overrides``, built for ``task`` (default:
+    a :class:`ToyTask` of ``vocab_size`` words)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    task = ToyTask(vocab_size) if task is None else task
+    return ARCH_MODEL_REGISTRY[arch].build_model(architecture_args(arch, **overrides), task)
 
 
 @user_errors("sret-toy-data")

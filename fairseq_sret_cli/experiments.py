@@ -48,8 +48,8 @@ def main(argv=None) -> int:
     import json
     import time
 
-    from ..experiments import ExperimentError, load_experiment, run_experiment, train_command, write_results
-    from ..experiments.runner import check_data, collect_records, run_paths
+    from .experiment_runner import ExperimentError, load_experiment, run_experiment, train_command, write_results
+    from .experiment_runner.runner import check_data, collect_records, run_paths
 
     started = time.time()
 

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .config import Experiment, describe
+from .experiment_file import Experiment, describe
 from .runner import evaluation_key, write_text_atomically
 
 

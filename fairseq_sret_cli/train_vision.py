@@ -37,11 +37,11 @@ import sys
 import torch
 from torch.utils.data import DataLoader
 
-from ..core.depth import DepthControl
-from ..core.mixed_depth import check_mixed_depth, parse_mixed_depth
-from ..vision import create_model, load_checkpoint
-from ..vision.data import EvalTransform, ImageFolder, TrainTransform
-from ..vision.training import TrainConfig, autocast_settings, evaluate, train
+from fairseq_sret.core.depth import DepthControl
+from fairseq_sret.core.mixed_depth import check_mixed_depth, parse_mixed_depth
+from fairseq_sret.vision import create_model, load_checkpoint
+from .image_folder import EvalTransform, ImageFolder, TrainTransform
+from .vision_training import TrainConfig, autocast_settings, evaluate, train
 from . import HelpFormatter, UserError, user_errors
 
 

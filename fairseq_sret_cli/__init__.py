@@ -1,18 +1,18 @@
 """The user commands of fairseq-sret, installed as console entry points by ``setup.py``.
 
-Each is also runnable as ``python -m fairseq_sret.cli.<module>``:
+Each is also runnable as ``python -m fairseq_sret_cli.<module>``:
 
 ======================================  =========================================
 command                                 module
 ======================================  =========================================
-``sret-prepare multi30k|iwslt14|wmt14`` :mod:`fairseq_sret.cli.prepare`
-``sret-evaluate``                       :mod:`fairseq_sret.cli.evaluate`
-``sret-average-checkpoints``            :mod:`fairseq_sret.cli.average_checkpoints`
-``sret-plot-lrc``                       :mod:`fairseq_sret.cli.plot_lrc`
-``sret-train-vision``                   :mod:`fairseq_sret.cli.train_vision`
-``sret-count vision|nmt``               :mod:`fairseq_sret.cli.count`
-``sret-toy-data``                       :mod:`fairseq_sret.toy_data`
-``sret-uptrain``                        :mod:`fairseq_sret.cli.uptrain`
+``sret-prepare multi30k|iwslt14|wmt14`` :mod:`fairseq_sret_cli.prepare`
+``sret-evaluate``                       :mod:`fairseq_sret_cli.evaluate`
+``sret-average-checkpoints``            :mod:`fairseq_sret_cli.average_checkpoints`
+``sret-plot-lrc``                       :mod:`fairseq_sret_cli.plot_lrc`
+``sret-train-vision``                   :mod:`fairseq_sret_cli.train_vision`
+``sret-count vision|nmt``               :mod:`fairseq_sret_cli.count`
+``sret-toy-data``                       :mod:`fairseq_sret_cli.toy`
+``sret-uptrain``                        :mod:`fairseq_sret_cli.uptrain`
 ======================================  =========================================
 """
 
@@ -43,7 +43,7 @@ def user_errors(prog: str):
     def decorate(main):
         @functools.wraps(main)
         def wrapper(*args, **kwargs):
-            from ..nmt_checkpoints import CorruptCheckpointError, UnsafeCheckpointError
+            from fairseq_sret.nmt_checkpoints import CorruptCheckpointError, UnsafeCheckpointError
 
             try:
                 return main(*args, **kwargs)

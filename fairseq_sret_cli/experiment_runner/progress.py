@@ -1,7 +1,7 @@
 """Progress of a fixed-length fairseq training, read from its JSON log on standard input.
 
     fairseq-train ... --max-update 1000 --log-format json --log-interval 10 \\
-        | python -m fairseq_sret.experiments.progress --total 1000
+        | python -m fairseq_sret_cli.experiment_runner.progress --total 1000
 
 Prints ``update 130/1000 (13%)`` lines with the loss, the speed and the time left, and once
 the first minute of training is over, the expected training time on this machine. With

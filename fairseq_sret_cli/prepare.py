@@ -62,7 +62,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def _already_prepared(out: Path, args) -> bool:
-    from ..data.common import METADATA
+    from .data.common import METADATA
 
     if not (out / METADATA).is_file() or args.force:
         return False
@@ -92,8 +92,8 @@ def replace_folder(new: Path, out: Path, keep: Path) -> None:
 @user_errors("sret-prepare")
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
-    from ..data import iwslt14, multi30k, wmt14
-    from ..data.download import DownloadError
+    from .data import iwslt14, multi30k, wmt14
+    from .data.download import DownloadError
 
     prepare = {"multi30k": multi30k.prepare, "iwslt14": iwslt14.prepare, "wmt14": wmt14.prepare}[args.dataset]
     extra = {"input_sentence_size": args.input_sentence_size} if args.dataset == "wmt14" else {}

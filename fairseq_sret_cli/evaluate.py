@@ -42,11 +42,11 @@ def main(argv=None) -> int:
     p.add_argument("--verbose", action="store_true", help="show fairseq-generate's log")
     args = p.parse_args(argv)
 
-    from ..evaluation.evaluate import evaluate, format_report
+    from .evaluation.evaluate import evaluate, format_report
 
     checkpoint = args.checkpoint
     if args.checkpoint_dir:
-        from ..nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+        from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
         run_dir = Path(args.checkpoint_dir)
         if args.average_last > 1:

@@ -110,7 +110,7 @@ def score(meta: dict, data_dir, subset: str, hyps: List[str]) -> List[bleu.BleuR
 
 def checkpoint_summary(checkpoint) -> str:
     try:
-        from ..nmt_checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
+        from fairseq_sret.nmt_checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
 
         state = load_checkpoint(checkpoint)
         return f"epoch {checkpoint_epoch(state)}, {checkpoint_num_updates(state)} updates"

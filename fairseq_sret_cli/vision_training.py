@@ -1,7 +1,7 @@
 """Training the vision models: the loop of ``sret-train-vision`` and its helpers.
 
     from fairseq_sret.vision import create_model
-    from fairseq_sret.vision.training import TrainConfig, train
+    from fairseq_sret_cli.vision_training import TrainConfig, train
     model = create_model("sret_t", num_classes=10)
     stats = train(model, train_loader, TrainConfig(epochs=30), device=torch.device("cpu"),
                   val_loader=val_loader, output="runs/sret_t")
@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core.mixed_depth import DepthTerm, mixed_depth_loss
-from ..nmt_checkpoints import load_checkpoint as load_checkpoint_file
-from .losses import soft_distillation_loss
-from .weights import save_checkpoint
+from fairseq_sret.core.mixed_depth import DepthTerm, mixed_depth_loss
+from fairseq_sret.nmt_checkpoints import load_checkpoint as load_checkpoint_file
+from fairseq_sret.vision.losses import soft_distillation_loss
+from fairseq_sret.vision.weights import save_checkpoint
 
 #: (autocast enabled, autocast dtype, use a gradient scaler), from :func:`autocast_settings`
 Amp = Tuple[bool, Optional[torch.dtype], bool]

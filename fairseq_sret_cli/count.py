@@ -59,7 +59,7 @@ def get_parser() -> argparse.ArgumentParser:
 def count_vision(args, parser) -> list:
     import torch
 
-    from ..vision import count_macs, count_params, create_model, list_models
+    from fairseq_sret.vision import count_macs, count_params, create_model, list_models
 
     if args.list:
         print("\n".join(list_models()))
@@ -90,7 +90,7 @@ def count_nmt_model(arch: str, vocab: int, share: str, **overrides):
     """(total parameters, parameters without embeddings, (encoder, decoder) layer applications)."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from ..tools.toy import ToyTask, architecture_args
+    from .toy import ToyTask, architecture_args
 
     args = architecture_args(
         arch, share_all_embeddings=share == "all", share_decoder_input_output_embed=share in ("all", "decoder"),

@@ -29,7 +29,7 @@ def main(argv=None) -> int:
                    help="ignore checkpoints after this epoch / update number")
     args = p.parse_args(argv)
 
-    from ..nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+    from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
     if args.num_epoch_checkpoints or args.num_update_checkpoints:
         if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():

@@ -7,7 +7,7 @@ so a table can be filled over several short sessions. ``jobs`` trainings run sid
 (one GPU is far from busy with one small fairseq model); each is evaluated as soon as it
 ends: beam search on every subset with every checkpoint kind of the file (``best``,
 ``last``, ``lastN`` = average of the last N epoch checkpoints), scored by
-:func:`fairseq_sret.evaluation.evaluate.evaluate` (sacreBLEU with signature, chrF, ...).
+:func:`fairseq_sret_cli.evaluation.evaluate.evaluate` (sacreBLEU with signature, chrF, ...).
 """
 
 import json
@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..atomic_files import replacing
-from .config import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
+from fairseq_sret import USER_DIR
+from fairseq_sret.atomic_files import replacing
 
-USER_DIR = Path(__file__).resolve().parents[1]
+from .experiment_file import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
+
 _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 # fairseq's trainer, when a training process starts: from a checkpoint, or from scratch
 _LOG_LOADED = re.compile(r"\| Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)\s*$")
@@ -369,7 +370,7 @@ def convert_teacher(output, run: Run, paths: RunPaths, env: Optional[dict] = Non
             f"{run.name} starts from {run.teacher_name}, whose {source} is missing:"
             f" train that run first in this output folder (a results file holds no checkpoints)"
         )
-    cmd = [sys.executable, "-m", "fairseq_sret.cli.uptrain", str(source), str(uptrained_checkpoint(paths)),
+    cmd = [sys.executable, "-m", "fairseq_sret_cli.uptrain", str(source), str(uptrained_checkpoint(paths)),
            *run.row.uptrain_args, "--seed", str(run.seed), "--force"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = proc.stdout.strip().splitlines()
@@ -417,7 +418,7 @@ def model_facts(checkpoint) -> dict:
     Tied tensors (shared embeddings) are stored once in the file and counted once, as are
     shared layers (they are one set of parameters); buffers are not counted.
     """
-    from ..nmt_checkpoints import load_checkpoint
+    from fairseq_sret.nmt_checkpoints import load_checkpoint
 
     state = load_checkpoint(checkpoint)
     seen, params = set(), 0
@@ -440,7 +441,7 @@ class NothingToAverage(RuntimeError):
 
 
 def _checkpoint_for(kind: str, paths: RunPaths) -> Path:
-    from ..nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+    from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
     if kind in CHECKPOINT_KINDS:
         return paths.checkpoints / CHECKPOINT_KINDS[kind]

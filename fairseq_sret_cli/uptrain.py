@@ -43,8 +43,8 @@ def main(argv=None) -> int:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     check_output_path(args.input, args.output, args.force)
 
-    from ..tools.uptrain import uptrain_checkpoint
-    from ..nmt_checkpoints import load_checkpoint, save_checkpoint
+    from fairseq_sret.conversion.uptrain import uptrain_checkpoint
+    from fairseq_sret.nmt_checkpoints import load_checkpoint, save_checkpoint
 
     state = load_checkpoint(args.input)
     try:

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     p.add_argument("--title", default="LRC coefficients")
     args = p.parse_args(argv)
 
-    from ..evaluation import lrc
+    from .evaluation import lrc
 
     if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
         run_dir = Path(args.inputs[0])

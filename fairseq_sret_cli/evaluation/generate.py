@@ -10,9 +10,9 @@ import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..data.io import log
+from fairseq_sret import USER_DIR
 
-USER_DIR = Path(__file__).resolve().parents[1]  # the fairseq_sret package: --user-dir
+from ..data.io import log
 
 
 def run_generate(
