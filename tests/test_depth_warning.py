@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from fairseq_sret.models.sret_transformer.config import warn_untrained_depth
+from fairseq_sret.models.sret_transformer.trained_depth import warn_untrained_depth
 
 
 def checkpoint_args(encoder=1, decoder=1, mixed_depth=None, criterion="label_smoothed_cross_entropy"):

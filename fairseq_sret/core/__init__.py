@@ -5,6 +5,8 @@
 - :class:`NonLinearProjection`: NLL.
 - :class:`SReTBlock`: the shared transformer layer.
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
+- :class:`SReTLayerSpec`: one translation layer as a typed value, built into a
+  :class:`Recursive` (what the NMT adapters read their options into).
 - :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
   it runs), parsed and validated from user values in one place.
 - :func:`set_depth` / :func:`at_depth` / :class:`DepthControl` (:mod:`.depth`): run every
@@ -25,6 +27,7 @@ from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .fold import fold_lrc
 from .fused import lrc_add, lrc_add_norm
+from .layer_spec import SReTLayerSpec
 from .mixed_depth import (
     DepthTerm, DepthWarmup, check_mixed_depth, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth,
 )
@@ -47,6 +50,7 @@ __all__ = [
     "RecursionStep",
     "Recursive",
     "SReTBlock",
+    "SReTLayerSpec",
     "SlicedGroupAttention",
     "at_depth",
     "check_depth",

@@ -23,12 +23,8 @@ STATIC_KV = "static_kv"
 # groups: (unpadded, padded) per device type. Short sequences make the packed kernels
 # launch- and memory-bound, and a padded batch would need a partition (sort, scatters,
 # gathers) in every forward, while masked full attention over L tokens stays cheap.
-# The limits are where the one kernel stops being faster (docs/benchmarks.md): on the CPU
-# (one thread) it is 1.03-1.19x faster for unpadded L <= 32 and 1.12-1.31x for padded
-# L <= 128, with ties around 48-64 / 256; on an H100 (bf16, module forward+backward) the
-# one kernel is 0.83-1.43x unpadded up to L=256 (its forward 1.05-2.41x except 0.82-0.96x
-# at G=2, L=128-256) and 0.37-0.92x at L=512, and 1.53-1.98x for padded L <= 512.
-# ``fast_paths(grouped_one_kernel=N)`` sets both (0 = never).
+# The limits are where the one kernel stopped being faster in benchmarks.bench_attention
+# (docs/benchmarks/attention.md). ``fast_paths(grouped_one_kernel=N)`` sets both (0 = never).
 ONE_KERNEL_MAX_LENGTH = {"cpu": (32, 128), "cuda": (256, 512)}
 
 
@@ -52,11 +48,13 @@ class SlicedGroupAttention(nn.Module):
         bias: bias on the input and output projections.
         dropout: dropout on the attention probabilities.
         schedule: a :class:`~fairseq_sret.core.schedule.RecursionSchedule` instead of
-            ``groups``/``partition`` (they are then ignored).
+            ``groups``/``partition`` (its group counts and partition modes are taken).
 
-    The layer that re-applies this module usually passes each application's
-    :class:`~fairseq_sret.core.schedule.RecursionStep` as ``recursion``; an int looks the
-    step up in :attr:`schedule`.
+    The module keeps only how each recursion slices (:attr:`groups`, :attr:`partition`);
+    which applications run is the schedule of the :class:`~fairseq_sret.core.Recursive`
+    layer that applies it, which passes each application's
+    :class:`~fairseq_sret.core.schedule.RecursionStep` as ``recursion``. An int recursion
+    index looks its slicing up here.
 
     Parameters: ``qkv`` (3C x C, rows ordered q, k, v as in ``nn.MultiheadAttention``'s
     ``in_proj_weight``) and ``out_proj`` (C x C).
@@ -87,7 +85,9 @@ class SlicedGroupAttention(nn.Module):
             )
         if cross_attention and any(g != 1 for g in schedule.groups):
             raise ValueError("cross-attention does not support groups > 1")
-        self.schedule = schedule
+        #: group count and partition mode per recursion index (one entry: every recursion)
+        self.groups: Tuple[int, ...] = schedule.groups
+        self.partition: Tuple[str, ...] = schedule.partitions
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -107,25 +107,29 @@ class SlicedGroupAttention(nn.Module):
             if layer.bias is not None:
                 nn.init.zeros_(layer.bias)
 
-    @property
-    def groups(self) -> Tuple[int, ...]:
-        """Group count per recursion of the module's own schedule."""
-        return self.schedule.groups
-
-    @property
-    def partition(self) -> Tuple[str, ...]:
-        """Partition mode per recursion of the module's own schedule."""
-        return self.schedule.partitions
+    def step(self, recursion: Union[int, RecursionStep]) -> RecursionStep:
+        """The slicing of application ``recursion`` (a step is returned as it is; with one
+        entry in :attr:`groups`, every index gets it)."""
+        if isinstance(recursion, RecursionStep):
+            return recursion
+        if len(self.groups) == 1:
+            return RecursionStep(recursion, self.groups[0], self.partition[0])
+        if not 0 <= recursion < len(self.groups):
+            raise IndexError(
+                f"recursion index {recursion} out of range: the module slices {len(self.groups)} recursions"
+            )
+        return RecursionStep(recursion, self.groups[recursion], self.partition[recursion])
 
     def groups_at(self, recursion: Union[int, RecursionStep]) -> int:
-        return self.schedule.step(recursion).groups
+        return self.step(recursion).groups
 
     def partition_at(self, recursion: Union[int, RecursionStep]) -> str:
-        return self.schedule.step(recursion).partition
+        return self.step(recursion).partition
 
     def extra_repr(self) -> str:
+        slicing = ", ".join(f"{g} {p}" for g, p in zip(self.groups, self.partition))
         return (
-            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, schedule={self.schedule.describe()},"
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, groups=[{slicing}],"
             f" causal={self.causal}, cross={self.cross_attention}"
         )
 
@@ -190,7 +194,7 @@ class SlicedGroupAttention(nn.Module):
             memory: (B, Lk, C) keys/values for cross-attention.
             key_padding_mask: (B, Lk) bool, True marks padding keys.
             recursion: the current application of the shared layer, a
-                :class:`RecursionStep` or its index in :attr:`schedule`; selects the group
+                :class:`RecursionStep` or its index (:meth:`step`); selects the group
                 count and partition mode.
             cache: a dict owned by the caller for incremental decoding (one per layer
                 application). Self-attention appends this step's keys and values;
@@ -198,7 +202,7 @@ class SlicedGroupAttention(nn.Module):
         Returns:
             (B, L, C)
         """
-        step = self.schedule.step(recursion)
+        step = self.step(recursion)
         if self.cross_attention:
             return self._forward_cross(x, memory, key_padding_mask, cache)
         if memory is not None:

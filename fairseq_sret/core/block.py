@@ -20,9 +20,11 @@ class SReTBlock(nn.Module):
     Post-LN (fairseq's NMT default): ``x = LN(res(x, drop(f(x))))``.
     ``res`` is :class:`LearnableResidual` (plain ``x + f(x)`` when ``lrc=False``).
 
-    ``schedule`` (or ``groups``/``partition``, parsed into one) describes the layer's
-    applications; the layer that re-applies this block passes each application's
-    :class:`RecursionStep` as ``recursion``, and the block hands it to every sub-module.
+    ``groups``/``partition`` (or a ``schedule`` to take them from) say how the
+    self-attention of each application slices; the layer that re-applies this block (a
+    :class:`~fairseq_sret.core.Recursive`, which keeps the schedule of what runs) passes each
+    application's :class:`RecursionStep` as ``recursion``, and the block hands it to every
+    sub-module.
 
     Sub-modules: ``self_attn``, ``self_attn_norm``, ``self_attn_residual``; with
     ``cross_attention``: ``cross_attn``, ``cross_attn_norm``, ``cross_attn_residual``;
@@ -55,7 +57,6 @@ class SReTBlock(nn.Module):
             embed_dim, num_heads, groups, partition, causal=causal, bias=qkv_bias,
             dropout=attention_dropout, schedule=schedule,
         )
-        self.schedule = self.self_attn.schedule
         self.self_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.self_attn_residual = LearnableResidual(lrc)
         self.cross_attn = None
@@ -75,6 +76,12 @@ class SReTBlock(nn.Module):
     def _post_ln_sublayer(self, x: Tensor, norm: nn.LayerNorm, residual: LearnableResidual, fn: Callable) -> Tensor:
         """One post-LN residual sub-layer around ``fn``: ``LN(res(x, drop(f(x))))`` (paper Eq. 7)."""
         return norm(residual(x, self.drop_path(self.dropout(fn(x)))))
+
+    def recursion_schedule(self, recursions: int) -> RecursionSchedule:
+        """A schedule of ``recursions`` applications of this block, slicing as it was built to
+        (what :class:`~fairseq_sret.core.Recursive` takes when given only a count)."""
+        attn = self.self_attn
+        return RecursionSchedule.parse(recursions, groups=attn.groups, partition=attn.partition, causal=attn.causal)
 
     def lrc_sublayers(self):
         """(LayerNorm, residual, last linear of the branch) per residual sub-layer, in order
@@ -108,8 +115,8 @@ class SReTBlock(nn.Module):
     ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         """x: (B, L, C); memory: (B, Lk, C); masks True at padding. Returns (B, L, C).
 
-        ``recursion``: this application's :class:`RecursionStep` (or its index in
-        :attr:`schedule`), passed to every sub-module.
+        ``recursion``: this application's :class:`RecursionStep` (or its recursion index),
+        passed to every sub-module.
 
         ``cache`` (incremental decoding) is a dict owned by the caller for this application
         of the layer; it holds one attention cache per attention module.
@@ -123,22 +130,21 @@ class SReTBlock(nn.Module):
         sub-layer (:meth:`LearnableResidual.forward_norm`): one kernel on CUDA with Triton,
         otherwise exactly ``res(x, f)`` followed by ``norm``.
         """
-        step = self.schedule.step(recursion)
         self_cache = cross_cache = None
         if cache is not None:
             self_cache = cache.setdefault("self_attn", {})
             cross_cache = cache.setdefault("cross_attn", {})
 
         def self_attn(h: Tensor) -> Tensor:
-            return self.self_attn(h, key_padding_mask=key_padding_mask, recursion=step, cache=self_cache)
+            return self.self_attn(h, key_padding_mask=key_padding_mask, recursion=recursion, cache=self_cache)
 
         def cross_attn(h: Tensor) -> Tensor:
             return self.cross_attn(
-                h, memory=memory, key_padding_mask=memory_padding_mask, recursion=step, cache=cross_cache
+                h, memory=memory, key_padding_mask=memory_padding_mask, recursion=recursion, cache=cross_cache
             )
 
         def ffn(h: Tensor) -> Tensor:
-            return self.ffn(h, recursion=step)
+            return self.ffn(h, recursion=recursion)
 
         sublayers = [(self.self_attn_norm, self.self_attn_residual, self_attn)]
         if self.cross_attn is not None:

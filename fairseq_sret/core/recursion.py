@@ -12,9 +12,10 @@ from .schedule import RecursionSchedule, RecursionStep, check_depth
 class Recursive(nn.Module):
     """``z = NLL_N(F(... NLL_1(F(z))))``: one shared ``layer`` F applied N times.
 
-    ``schedule`` says what each application does (:mod:`fairseq_sret.core.schedule`);
-    an int N takes the layer's own ``schedule`` (a block built with ``groups=(8, 2)``)
-    or plain applications. The layer must accept ``recursion=<RecursionStep>`` (and
+    ``schedule`` says what each application does (:mod:`fairseq_sret.core.schedule`); it is
+    kept here only, the one place that decides what runs (:func:`~fairseq_sret.core.set_depth`
+    changes it). An int N takes the layer's own slicing (``layer.recursion_schedule(N)``, a
+    block built with ``groups=(8, 2)``) or plain applications. The layer must accept ``recursion=<RecursionStep>`` (and
     ``cache=`` when ``caches`` is given), so every application can use its own group
     count, partition mode and incremental cache. ``make_nll(i)`` builds NLL_i (a module
     taking ``recursion=`` too, like :class:`NonLinearProjection`), applied
@@ -40,8 +41,8 @@ class Recursive(nn.Module):
         super().__init__()
         if not isinstance(schedule, RecursionSchedule):
             check_depth(schedule, name="recursions")
-            own = getattr(layer, "schedule", None)
-            schedule = own.expand(schedule) if isinstance(own, RecursionSchedule) else RecursionSchedule.parse(schedule)
+            own = getattr(layer, "recursion_schedule", None)
+            schedule = own(schedule) if callable(own) else RecursionSchedule.parse(schedule)
         self.layer = layer
         self.schedule = schedule
         self.nlls = nn.ModuleList([make_nll(s.index) for s in self.schedule]) if make_nll else None

@@ -1,19 +1,17 @@
 """The Sliced Recursive Transformer for fairseq (``--arch sret_transformer_*``), laid out as
-fairseq's ``models/transformer`` package: :mod:`.config` (options, defaults, checks, the
-recursion schedules), :mod:`.hydra_config` (a YAML ``model:`` section read as the command
-line), :mod:`.layers` (fairseq's layer interface over the core block), :mod:`.model` (the
-encoder, decoder and model) and :mod:`.architectures` (the named architectures).
+fairseq's ``models/transformer`` package: :mod:`.options` (the options and their defaults),
+:mod:`.spec` (the options read once into a typed spec per side, with every check),
+:mod:`.trained_depth` (depth on demand across checkpoints), :mod:`.dictionaries` (the
+trained dictionaries' fingerprints), :mod:`.hydra_config` (a YAML ``model:`` section read as
+the command line), :mod:`.layers` (fairseq's layer interface over the core layer),
+:mod:`.model` (the encoder, decoder and model) and :mod:`.architectures` (the named
+architectures).
 """
 
-from .config import (  # noqa: F401
-    SReTOptions,
-    check_checkpoint_recursions,
-    check_sret_options,
-    record_trained_recursions,
-    recursion_schedule,
-    sret_base_architecture,
-)
-from .layers import SReTDecoderLayer, SReTEncoderLayer, build_recursive_block  # noqa: F401
+from .options import SReTOptions, sret_base_architecture  # noqa: F401
+from .spec import TranslationSpec, check_sret_options, read_spec, recursion_schedule  # noqa: F401
+from .trained_depth import check_checkpoint_recursions, record_trained_recursions  # noqa: F401
+from .layers import SReTDecoderLayer, SReTEncoderLayer  # noqa: F401
 from .model import SReTTransformerDecoder, SReTTransformerEncoder, SReTTransformerModel  # noqa: F401
 from .architectures import (  # noqa: F401  (registers the named architectures)
     sret_transformer,

@@ -3,7 +3,7 @@
 
 from fairseq.models import register_model_architecture
 
-from .config import set_default, sret_base_architecture
+from .options import set_default, sret_base_architecture
 from .model import SReTTransformerModel  # noqa: F401  (registers the model the architectures name)
 
 

@@ -11,49 +11,16 @@ from typing import Dict, List, Optional
 from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor, nn
 
-from ...core import NonLinearProjection, Recursive, SReTBlock, reorder_cache
-from .config import check_checkpoint_recursions, recursion_schedule
-
-
-def build_recursive_block(cfg, side: str, causal: bool, cross_attention: bool) -> Recursive:
-    """``side``'s recursive block. ``cfg``: fairseq's ``TransformerConfig`` of the options
-    (what fairseq hands ``build_encoder_layer``) or their argparse namespace; both are read
-    by the flat option names (``encoder_embed_dim``, ``encoder_recursions``, ...)."""
-    schedule = recursion_schedule(cfg, side)
-    dim = getattr(cfg, f"{side}_embed_dim")
-    normalize_before = (not cfg.post_ln) and getattr(cfg, f"{side}_normalize_before")
-    # fairseq's older name of the activation dropout counts when --activation-dropout is 0
-    activation_dropout = cfg.activation_dropout or getattr(cfg, "relu_dropout", None) or 0.0
-    block = SReTBlock(
-        embed_dim=dim,
-        num_heads=getattr(cfg, f"{side}_attention_heads"),
-        ffn_dim=getattr(cfg, f"{side}_ffn_embed_dim"),
-        schedule=schedule,
-        causal=causal,
-        cross_attention=cross_attention,
-        normalize_before=normalize_before,
-        lrc=not cfg.no_lrc,
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        activation_dropout=activation_dropout,
-        activation=cfg.activation_fn,
-    )
-    make_nll = None
-    if cfg.nll_ratio > 0:
-        def make_nll(_index):
-            return NonLinearProjection(
-                dim, cfg.nll_ratio, lrc=not cfg.no_lrc, activation=cfg.activation_fn,
-                dropout=cfg.dropout, activation_dropout=activation_dropout,
-            )
-    return Recursive(block, schedule, make_nll, checkpoint=cfg.checkpoint_recursions)
+from ...core import SReTLayerSpec, reorder_cache
+from .trained_depth import check_checkpoint_recursions
 
 
 class SReTEncoderLayer(nn.Module):
     """One unique encoder layer applied ``recursions`` times; fairseq's layer interface."""
 
-    def __init__(self, cfg):
+    def __init__(self, spec: SReTLayerSpec):
         super().__init__()
-        self.recursive = build_recursive_block(cfg, "encoder", causal=False, cross_attention=False)
+        self.recursive = spec.build()
 
     def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attn_mask=None) -> Tensor:
         """x: (T, B, C), encoder_padding_mask: (B, T) True at padding -> (T, B, C)"""
@@ -79,11 +46,9 @@ class SReTDecoderLayer(nn.Module):
     incremental-state key; ``reorder_incremental_state`` reorders all of them.
     """
 
-    def __init__(self, cfg, no_encoder_attn: bool = False):
+    def __init__(self, spec: SReTLayerSpec):
         super().__init__()
-        self.recursive = build_recursive_block(
-            cfg, "decoder", causal=True, cross_attention=not no_encoder_attn
-        )
+        self.recursive = spec.build()
 
     def _caches(self, incremental_state) -> Optional[List[dict]]:
         if incremental_state is None:

@@ -5,8 +5,10 @@ are fairseq's own (we subclass its transformer); only the layers differ
 (:mod:`.layers`).
 """
 
+import contextlib
+import contextvars
 import re
-from typing import Dict
+from typing import Dict, Iterator
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
@@ -18,26 +20,59 @@ from fairseq.models.transformer import (
 )
 from omegaconf import OmegaConf
 
+from ...core import SReTLayerSpec
 from ...core.depth import DepthControl
-from .config import (SReTOptions, check_dictionaries, check_sret_options, record_trained_recursions,
-                     sret_base_architecture, warn_untrained_depth)
+from .dictionaries import check_dictionaries
 from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
+from .options import SReTOptions, sret_base_architecture
+from .spec import TranslationSpec, read_spec
+from .trained_depth import record_trained_recursions, warn_untrained_depth
+
+#: the spec of the model being built: fairseq's build_model hands build_encoder/_decoder its
+#: own TransformerConfig, so the spec read from the options travels beside it
+_BUILDING: contextvars.ContextVar = contextvars.ContextVar("sret_transformer_spec", default=None)
+
+
+@contextlib.contextmanager
+def _building(spec: TranslationSpec) -> Iterator[None]:
+    token = _BUILDING.set(spec)
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
+
+
+def _spec_being_built() -> TranslationSpec:
+    spec = _BUILDING.get()
+    if spec is None:
+        raise RuntimeError("sret_transformer encoders and decoders are built by SReTTransformerModel.build_model,"
+                           " which reads the options into their spec")
+    return spec
 
 
 class SReTTransformerEncoder(TransformerEncoderBase):
-    """fairseq's encoder with SReT layers. ``cfg``: fairseq's ``TransformerConfig`` of the
-    options, which also carries the SReT options (``cfg.encoder_recursions``, ...)."""
+    """fairseq's encoder (embeddings, positions, final norm) with ``cfg.encoder_layers``
+    SReT layers, each built from ``layer_spec``."""
+
+    def __init__(self, cfg, layer_spec: SReTLayerSpec, dictionary, embed_tokens):
+        self.layer_spec = layer_spec  # read by build_encoder_layer, called by fairseq's __init__
+        super().__init__(cfg, dictionary, embed_tokens)
 
     def build_encoder_layer(self, cfg):
-        return SReTEncoderLayer(cfg)
+        return SReTEncoderLayer(self.layer_spec)
 
 
 class SReTTransformerDecoder(TransformerDecoderBase):
-    """fairseq's decoder with SReT layers; ``cfg`` as for :class:`SReTTransformerEncoder`."""
+    """fairseq's decoder (embeddings, positions, output projection) with SReT layers built
+    from ``layer_spec``."""
+
+    def __init__(self, cfg, layer_spec: SReTLayerSpec, dictionary, embed_tokens, no_encoder_attn=False):
+        self.layer_spec = layer_spec
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return SReTDecoderLayer(cfg, no_encoder_attn)
+        return SReTDecoderLayer(self.layer_spec)
 
 
 @register_model("sret_transformer")
@@ -67,25 +102,28 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         """fairseq's ``TransformerModel.build_model`` (embeddings, their sharing or merging,
-        positions, every inherited option) after the SReT defaults and checks; fairseq's
-        ``TransformerConfig`` of ``args`` carries the SReT options to the layers."""
+        positions, every inherited option) after the SReT defaults; the SReT options are read
+        once, here, into the spec the layers are built from."""
         if OmegaConf.is_config(args):  # fairseq-hydra-train's `model:` section, or its checkpoint
             args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
         record_trained_recursions(args)
-        check_sret_options(args)
+        spec = read_spec(args)
         check_dictionaries(args, task)
         warn_untrained_depth(args)
-        return super().build_model(args, task)
+        with _building(spec):
+            return super().build_model(args, task)
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return SReTTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
+        return SReTTransformerEncoder(TransformerConfig.from_namespace(cfg), _spec_being_built().encoder,
+                                      src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(cfg)
-        return SReTTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+        return SReTTransformerDecoder(cfg, _spec_being_built().decoder, tgt_dict, embed_tokens,
+                                      no_encoder_attn=cfg.no_cross_attention)
 
     # ------------------------------------------------------------ depth on demand
     # model.recursions and model.depth are (encoder, decoder); model.set_depth(1, 2) and

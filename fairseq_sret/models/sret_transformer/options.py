@@ -1,0 +1,84 @@
+"""sret_transformer's own options and their defaults (everything else is fairseq's
+transformer config): :class:`SReTOptions` declares them for fairseq's parser,
+:func:`sret_base_architecture` fills what a command line leaves unset."""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models.transformer import base_architecture
+
+from ...core.partition import PARTITION_MODES
+
+
+@dataclass
+class SReTOptions(FairseqDataclass):
+    """The SReT-specific options (everything else is fairseq's transformer config)."""
+
+    encoder_recursions: int = field(
+        default=2, metadata={"help": "applications of each (weight-shared) encoder layer"}
+    )
+    decoder_recursions: int = field(
+        default=2, metadata={"help": "applications of each (weight-shared) decoder layer"}
+    )
+    encoder_groups: str = field(
+        default="1", metadata={"help": "encoder self-attention groups per recursion, e.g. '2,1'"
+                               " (one value applies to every recursion)"}
+    )
+    decoder_groups: str = field(
+        default="1", metadata={"help": "decoder self-attention groups per recursion, e.g. '2,1'"}
+    )
+    encoder_partition: str = field(
+        default="auto",
+        metadata={"help": f"encoder partition mode per recursion ({', '.join(PARTITION_MODES)});"
+                  " 'auto' = contiguous for the first recursion, random for the later ones"
+                  " (the official SReT scheme)"},
+    )
+    decoder_partition: str = field(
+        default="auto",
+        metadata={"help": "decoder partition mode per recursion (strided or random: causal"
+                  " decoding cannot use contiguous slices); 'auto' = strided, then random"},
+    )
+    nll_ratio: float = field(
+        default=1.0, metadata={"help": "hidden ratio of the NLL between recursions (0 = no NLL)"}
+    )
+    no_lrc: bool = field(
+        default=False, metadata={"help": "plain residual connections instead of LRC"}
+    )
+    post_ln: bool = field(
+        default=False, metadata={"help": "post-LN layers (fairseq's transformer default) instead"
+                                 " of the pre-LN layers of the paper; overrides"
+                                 " --encoder/decoder-normalize-before"}
+    )
+    checkpoint_recursions: bool = field(
+        default=False, metadata={"help": "activation checkpointing of every layer application:"
+                                 " memory grows with unique layers, not total depth"}
+    )
+    encoder_trained_recursions: Optional[int] = field(
+        default=None, metadata={"help": "recorded at the first build (= --encoder-recursions) and kept"
+                                " in checkpoints: the encoder layers are built with this many"
+                                " recursions and run --encoder-recursions of them, so a checkpoint"
+                                " runs shallower with --model-overrides \"{'encoder_recursions': 1}\""}
+    )
+    decoder_trained_recursions: Optional[int] = field(
+        default=None, metadata={"help": "recorded at the first build (= --decoder-recursions); see"
+                                " --encoder-trained-recursions"}
+    )
+
+
+def set_default(args, name, value):
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+def sret_base_architecture(args):
+    """Fill every option ``args`` leaves unset: the SReT defaults, then fairseq's transformer's."""
+    defaults = SReTOptions()
+    for name in SReTOptions.__dataclass_fields__:  # noqa: B007
+        set_default(args, name, getattr(defaults, name))
+    # The paper's blocks are pre-LN (Eq. 1, 7): LRC then scales un-normalised branches and
+    # deep recursion stays trainable. fairseq's post-LN is available with --post-ln, which
+    # then also leaves out the final layer norms, as fairseq's post-LN transformer does.
+    set_default(args, "encoder_normalize_before", not args.post_ln)
+    set_default(args, "decoder_normalize_before", not args.post_ln)
+    base_architecture(args)
