@@ -8,7 +8,7 @@ The switches (:class:`FastPaths`):
   (True) or as the three-kernel expression (:mod:`.fused`);
 - ``fused``: the Triton residual + LRC + LayerNorm kernel: :data:`FUSED_AUTO` (CUDA tensors
   under ``torch.compile`` or a CUDA-graph capture, where its per-call host cost is paid once;
-  PyTorch in eager mode, which measured faster on an H100), :data:`FUSED_ON` (CUDA tensors,
+  PyTorch in eager mode, faster there on the GPUs measured), :data:`FUSED_ON` (CUDA tensors,
   eager mode too), :data:`FUSED_OFF` (never) or :data:`FUSED_FORCE` (CPU tensors too: tests
   under ``TRITON_INTERPRET=1``) (:mod:`.fused`);
 - ``grouped_one_kernel``: the longest sequence whose sliced attention runs as one masked

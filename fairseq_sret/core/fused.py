@@ -12,10 +12,9 @@ both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=T
     :data:`MAX_FUSED_WIDTH` when Triton is importable and without module hooks on the
     LayerNorm, under ``torch.compile`` (they are ``torch.library`` operators the compiler
     keeps; not under ``torch.export``) and while a CUDA graph is captured. Not in eager
-    mode by default: there each call costs 0.25-0.42 ms of host time (the op's dispatch and
-    Triton's launch of a kernel with ~30 arguments) for ~30 us of GPU work, more than the
-    kernel saves at SReT's sizes (H100, SReT-T: 4,569 images/s at inference with it against
-    9,782 without, 712 against 983 in training; ``docs/benchmarks.md``);
+    mode by default: there each call's host time (the op's dispatch and Triton's launch of a
+    kernel with ~30 arguments) exceeds the GPU work it saves at SReT's sizes
+    (docs/benchmarks/vision.md, the GPU table);
     ``fast_paths(fused="on")`` uses them in eager mode too;
   * otherwise PyTorch: ``torch.addcmul(skip_scale * x, branch_scale, y)``, two element-wise
     kernels instead of three (the same products and sum; addcmul rounds ``b * y + s * x``

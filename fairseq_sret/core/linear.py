@@ -27,9 +27,8 @@ from torch.nn.modules import module as _hooks
 from .config import get_fast_paths, is_compiling
 
 #: the fewest rows (tokens) for which :func:`linear` uses oneDNN: below it the product is
-#: short and oneDNN's per-call set-up costs more than the passes it saves (single thread,
-#: this project's Xeon: 0.6-0.9x at 80-1,280 rows, 1.0-1.5x from 3,136 rows; NMT decoding
-#: steps have batch x beam rows, SReT-T's first two stages 12,544 and 3,136 at batch 16)
+#: short and oneDNN's per-call set-up costs more than the passes it saves (NMT decoding
+#: steps have batch x beam rows; SReT-T's first stages thousands; docs/benchmarks/vision.md)
 ONEDNN_MIN_ROWS = 2048
 
 #: activation name -> (oneDNN post-op, its algorithm) for the activations oneDNN fuses

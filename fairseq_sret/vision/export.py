@@ -10,7 +10,7 @@ image size with a dynamic batch dimension. The graph holds the sliced attention 
 in PyTorch (reshapes for contiguous and strided groups, index gathers where the tokens do
 not divide into the groups). ``verify=True`` runs the file with
 ONNX Runtime on a random batch and checks its logits against PyTorch's (default tolerance
-1e-4, absolute and relative; measured: ~1e-6 for SReT-T and SReT-S on a CPU).
+1e-4, absolute and relative; docs/results/onnx.md has the differences measured).
 """
 
 import inspect
