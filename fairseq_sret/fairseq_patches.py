@@ -3,57 +3,54 @@
 :func:`apply_patches` runs when ``fairseq_sret.models`` is imported (``--user-dir
 fairseq_sret`` does that). Each :class:`Patch` names the upstream defect it works around
 and has a probe that shows the defect on the installed fairseq; a patch whose probe finds
-fairseq already behaving is skipped. :data:`APPLIED` records what was done, and the log
-says it once (``fairseq_sret.fairseq_patches`` logger, level INFO).
+fairseq already behaving is skipped. :data:`APPLIED` records what was done, and one log line
+says it (``fairseq_sret.fairseq_patches`` logger, level INFO).
+
+``SRET_FAIRSEQ_PATCHES`` in the environment chooses what may be applied: unset or ``all``
+(each patch its probe asks for), ``none``, or names to leave out, each with a ``-``
+(``-cpu_ddp,-keep_last_batch``). docs/fairseq_patches.md is the table of the patches: what
+each fixes, the upstream report, and when its probe applies it.
 
 The patches:
 
-- ``keep_last_batch``: ``fairseq.data.data_utils.batch_by_size`` of fairseq's main branch
-  (the ``fairseq-fixed`` 0.12.3.1 package) drops the last batch whenever its size is not a
-  multiple of ``--required-batch-size-multiple`` (default 8), so ``fairseq-generate``
-  silently skips up to a batch of test sentences (4 of 60, 6 of IWSLT'14's 6,750) and
-  BLEU is computed on a subset. Patched: the dropped examples come back as a final batch,
-  with a warning once. (``--required-batch-size-multiple 1`` avoids it without us.)
+- ``keep_last_batch``: ``fairseq.data.data_utils.batch_by_size`` drops the last batch
+  whenever its size is not a multiple of ``--required-batch-size-multiple`` (default 8), so
+  ``fairseq-generate`` silently skips up to a batch of test sentences and BLEU is computed
+  on a subset. Patched: the dropped examples come back as a final batch, with a warning once.
 - ``checkpoint_loading``: ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` calls
   ``torch.load`` with torch's default ``weights_only=True`` (torch >= 2.6), which refuses
-  the ``argparse.Namespace`` every fairseq checkpoint holds; and on a damaged or unsafe
-  file it surfaces torch's unpickling error, which names neither the file nor the cause
-  (for a truncated file it even suggests ``weights_only=False``). Patched: the load runs
-  under :func:`fairseq_sret.nmt_checkpoints.allowed_checkpoint_globals` (the one
+  the ``argparse.Namespace`` every fairseq checkpoint holds; and on a damaged or unsafe file
+  it surfaces torch's unpickling error, which names neither the file nor the cause. Patched:
+  the load runs under :func:`fairseq_sret.nmt_checkpoints.allowed_checkpoint_globals` (the one
   allow-list policy), and failures raise ``CorruptCheckpointError`` or
   ``UnsafeCheckpointError`` naming the file.
 - ``cpu_ddp``: ``DistributedFairseqModel`` always passes ``device_ids=[device_id]`` to
   ``torch.nn.parallel.DistributedDataParallel``, which refuses CPU modules, so
-  ``fairseq-train --cpu --distributed-world-size 2`` fails before its first update for
-  every model. Patched: DDP gets ``device_ids=None`` for a module on the CPU; GPU runs are
+  ``fairseq-train --cpu --distributed-world-size 2`` fails before its first update for every
+  model. Patched: DDP gets ``device_ids=None`` for a module on the CPU; GPU runs are
   unchanged. (On CPUs start one process per rank with ``--distributed-no-spawn
   --distributed-init-method tcp://HOST:PORT --distributed-rank R --distributed-backend
   gloo``: fairseq's spawning launcher counts CUDA devices.)
 - ``finished_run``: ``fairseq_cli.train.train`` checks ``--max-update`` and
   ``--stop-time-hours`` only after a training step, so ``fairseq-train`` on a run whose
   ``checkpoint_last.pt`` already reached them makes one more update and overwrites the
-  checkpoint: a finished run started again only to be evaluated changes its model.
-  Patched: an epoch that would start at or past either limit does not start.
-
+  checkpoint. Patched: an epoch that would start at or past either limit does not start.
 - ``cpu_bf16_inference``: ``fairseq-generate``, ``fairseq-interactive`` and the hub
-  interface accept ``--bf16`` and ignore it (they honour only ``--fp16``: the output is
-  bit-identical to fp32 and as slow). Patched: with ``--bf16`` on the CPU,
-  ``prepare_for_inference_`` casts the model to bf16, as fairseq's generation does with
-  ``model.half()`` for ``--fp16`` (generation keeps no master weights; fairseq's search
-  still scores in fp32). Autocast with fp32 weights was measured first and is slower: it
-  casts every LayerNorm and residual output back to bf16 before the next linear (beam 5 on
-  an AMX processor, one process: 1.15x fp32 under autocast, 1.29x with bf16 weights).
-- ``cpu_bf16_training``: fairseq's parser takes ``--bf16`` to mean a TPU, so
-  ``fairseq-train --cpu --bf16`` fails before its first update (``xla_device`` of a missing
-  ``torch_xla``); without that it would cast the whole model to bf16. Patched: on the CPU the
-  model and the optimizer stay fp32 (fp32 master weights) and every training and
-  validation step runs under CPU autocast.
+  interface accept ``--bf16`` and ignore it (they honour only ``--fp16``). Patched: with
+  ``--bf16`` on the CPU, ``prepare_for_inference_`` casts the model to bf16, as fairseq's
+  generation does with ``model.half()`` for ``--fp16`` (fairseq's search still scores in
+  fp32). Autocast with fp32 weights is slower: it casts every LayerNorm and residual output
+  back to bf16 before the next linear.
+- ``cpu_bf16_training``: fairseq's parser takes ``--bf16`` to mean a TPU, so ``fairseq-train
+  --cpu --bf16`` fails before its first update (``xla_device`` of a missing ``torch_xla``);
+  without that it would cast the whole model to bf16. Patched: on the CPU the model and the
+  optimizer stay fp32 (fp32 master weights) and every training and validation step runs
+  under CPU autocast.
 - ``atomic_checkpoint_copy``: ``fairseq.checkpoint_utils.save_checkpoint`` writes the first
   checkpoint of an update atomically, then *copies* it onto the others
   (``checkpoint_best.pt``, ``checkpoint_last.pt``) in place: ``fairseq-train`` killed during
-  that copy leaves a truncated ``checkpoint_last.pt`` (the run cannot resume) or
-  ``checkpoint_best.pt`` (the best model is lost). Patched: the copy goes to a temporary file
-  beside the target, which then replaces it.
+  that copy leaves a truncated ``checkpoint_last.pt`` or ``checkpoint_best.pt``. Patched: the
+  copy goes to a temporary file beside the target, which then replaces it.
 
 ``--bf16`` on the CPU needs a processor with native bf16 (AMX or AVX512-BF16, see
 :func:`cpu_has_native_bf16`); elsewhere autocast would emulate bf16, slower than fp32,
@@ -73,7 +70,7 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional, Set
 
 import numpy as np
 import torch
@@ -102,6 +99,12 @@ class Patch:
     defect: str
     has_defect: Callable[[], bool]
     install: Callable[[], None]
+    #: the upstream fairseq report of the defect ("" where none was found)
+    upstream: str = ""
+
+
+#: the environment variable that chooses which patches may be applied (module docstring)
+PATCHES_ENV = "SRET_FAIRSEQ_PATCHES"
 
 
 # ---------------------------------------------------------------- keep_last_batch
@@ -537,14 +540,16 @@ def _install_atomic_checkpoint_copy() -> None:
 
 
 # ---------------------------------------------------------------- registry
+FAIRSEQ_ISSUES = "https://github.com/facebookresearch/fairseq/issues/"
+
 PATCHES = (
     Patch("keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
-          batch_by_size_drops_examples, _install_keep_last_batch),
+          batch_by_size_drops_examples, _install_keep_last_batch, FAIRSEQ_ISSUES + "5036"),
     Patch("checkpoint_loading", "load_checkpoint_to_cpu cannot read fairseq's own checkpoints with torch's"
           " safe loading and does not name the file or the cause of a damaged or unsafe one",
-          fairseq_loader_fails_on_own_checkpoints, _install_checkpoint_loading),
+          fairseq_loader_fails_on_own_checkpoints, _install_checkpoint_loading, FAIRSEQ_ISSUES + "5610"),
     Patch("cpu_ddp", "DistributedFairseqModel passes device_ids for CPU modules (CPU DDP fails)",
-          fairseq_ddp_passes_device_ids_for_cpu, _install_cpu_ddp),
+          fairseq_ddp_passes_device_ids_for_cpu, _install_cpu_ddp, FAIRSEQ_ISSUES + "2879"),
     Patch("finished_run", "fairseq-train makes one more update on a run that already reached --max-update"
           " or --stop-time-hours", finished_run_trains_again, _install_finished_run),
     Patch("cpu_bf16_inference", "generation accepts --bf16 and ignores it (fp32 on the CPU)",
@@ -552,11 +557,30 @@ PATCHES = (
     Patch("atomic_checkpoint_copy", "save_checkpoint copies checkpoint_best.pt/checkpoint_last.pt in place"
           " (a kill during the copy truncates them)", checkpoints_copied_in_place, _install_atomic_checkpoint_copy),
     Patch("cpu_bf16_training", "fairseq-train --cpu --bf16 asks for a TPU and would cast the model to bf16",
-          fairseq_trains_cpu_bf16_badly, _install_cpu_bf16_training),
+          fairseq_trains_cpu_bf16_badly, _install_cpu_bf16_training, FAIRSEQ_ISSUES + "4696"),
 )
 
-#: ``{patch name: "applied" | "not needed"}`` once :func:`apply_patches` has run.
+#: ``{patch name: "applied" | "not needed" | "turned off"}`` once :func:`apply_patches` has run.
 APPLIED: Dict[str, str] = {}
+
+
+def patches_turned_off(value: Optional[str]) -> Set[str]:
+    """The patch names that ``SRET_FAIRSEQ_PATCHES=value`` leaves out (module docstring);
+    ValueError naming the variable, the unknown names and the known ones."""
+    names = [p.name for p in PATCHES]
+    text = (value or "").strip()
+    if text in ("", "all"):
+        return set()
+    if text == "none":
+        return set(names)
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    wrong = [item for item in items if not item.startswith("-") or item[1:] not in names]
+    if wrong:
+        raise ValueError(
+            f"{PATCHES_ENV}={value!r}: {', '.join(wrong)} not understood; give 'all', 'none' or patch names to"
+            f" leave out, each with a '-' (e.g. -{names[0]}); the patches: {', '.join(names)}"
+        )
+    return {item[1:] for item in items}
 
 
 def probe(patch: Patch) -> bool:
@@ -572,14 +596,25 @@ def probe(patch: Patch) -> bool:
 
 
 def apply_patches() -> Dict[str, str]:
-    """Probe the installed fairseq and install the patches it needs (once per process)."""
+    """Probe the installed fairseq and install the patches it needs and
+    ``SRET_FAIRSEQ_PATCHES`` allows (once per process); one log line lists the outcome."""
+    turned_off = patches_turned_off(os.environ.get(PATCHES_ENV))
+    new = []
     for patch in PATCHES:
         if patch.name in APPLIED:
             continue
-        if probe(patch):
+        if patch.name in turned_off:
+            APPLIED[patch.name] = "turned off"
+        elif probe(patch):
             patch.install()
             APPLIED[patch.name] = "applied"
-            logger.info("patched fairseq (%s): %s", patch.name, patch.defect)
         else:
             APPLIED[patch.name] = "not needed"
+        new.append(patch.name)
+    if new:
+        def listed(outcome):
+            return ", ".join(n for n in new if APPLIED[n] == outcome) or "none"
+
+        logger.info("fairseq patches applied: %s; not needed: %s; turned off (%s): %s (docs/fairseq_patches.md)",
+                    listed("applied"), listed("not needed"), PATCHES_ENV, listed("turned off"))
     return dict(APPLIED)

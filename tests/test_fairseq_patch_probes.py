@@ -1,12 +1,20 @@
-"""A fairseq patch whose probe cannot run (no writable temporary folder, a full disk) is
-applied instead of stopping the import that ``--user-dir fairseq_sret`` makes."""
+"""How the fairseq patches are chosen: a patch whose probe cannot run (no writable temporary
+folder, a full disk) is applied instead of stopping the import that ``--user-dir
+fairseq_sret`` makes; ``SRET_FAIRSEQ_PATCHES`` turns patches off; one log line says what
+was done."""
 
 import errno
 import functools
+import json
+import logging
+import os
+import subprocess
+import sys
 import tempfile
 
 import pytest
 
+from conftest import REPO
 from fairseq_sret import fairseq_patches
 
 
@@ -49,3 +57,75 @@ def test_a_probe_that_runs_decides(monkeypatch):
     monkeypatch.setattr(fairseq_patches, "APPLIED", {})
     assert fairseq_patches.apply_patches() == {"healthy": "not needed"}
     assert installed == []
+
+
+def recording_patches(monkeypatch, *probes):
+    """Stand-in patches named a, b, ... with the given probe results; returns what got installed."""
+    installed = []
+    patches = tuple(
+        fairseq_patches.Patch(name, f"defect {name}", lambda found=found: found,
+                              lambda name=name: installed.append(name))
+        for name, found in zip("abc", probes)
+    )
+    monkeypatch.setattr(fairseq_patches, "PATCHES", patches)
+    monkeypatch.setattr(fairseq_patches, "APPLIED", {})
+    return installed
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, {"a": "applied", "b": "not needed", "c": "applied"}),
+    ("all", {"a": "applied", "b": "not needed", "c": "applied"}),
+    ("none", {"a": "turned off", "b": "turned off", "c": "turned off"}),
+    ("-c", {"a": "applied", "b": "not needed", "c": "turned off"}),
+    (" -a , -b ", {"a": "turned off", "b": "turned off", "c": "applied"}),
+])
+def test_the_environment_turns_patches_off(value, expected, monkeypatch, caplog):
+    installed = recording_patches(monkeypatch, True, False, True)
+    if value is None:
+        monkeypatch.delenv(fairseq_patches.PATCHES_ENV, raising=False)
+    else:
+        monkeypatch.setenv(fairseq_patches.PATCHES_ENV, value)
+    with caplog.at_level(logging.INFO, logger=fairseq_patches.__name__):
+        assert fairseq_patches.apply_patches() == expected
+    assert installed == [name for name, outcome in expected.items() if outcome == "applied"]
+    lines = [r.getMessage() for r in caplog.records if r.name == fairseq_patches.__name__]
+    assert len(lines) == 1 and lines[0].startswith("fairseq patches applied: ")
+    for outcome in ("applied", "not needed", "turned off"):
+        named = ", ".join(n for n, o in expected.items() if o == outcome) or "none"
+        assert f"{outcome}: {named}" in lines[0] or f"{outcome} ({fairseq_patches.PATCHES_ENV}): {named}" in lines[0]
+
+
+@pytest.mark.parametrize("value", ["cpu_ddp", "-nope", "-a,b", "off"])
+def test_a_value_it_does_not_understand_is_an_error_naming_the_patches(value, monkeypatch):
+    recording_patches(monkeypatch, True)
+    monkeypatch.setenv(fairseq_patches.PATCHES_ENV, value)
+    with pytest.raises(ValueError, match=f"{fairseq_patches.PATCHES_ENV}=.*not understood.*the patches: a"):
+        fairseq_patches.apply_patches()
+
+
+def test_every_patch_names_its_upstream_report_or_none():
+    for patch in fairseq_patches.PATCHES:
+        assert patch.upstream == "" or patch.upstream.startswith(fairseq_patches.FAIRSEQ_ISSUES)
+
+
+TURNED_OFF = """
+import json, sys
+from fairseq.data import data_utils
+from fairseq.models import distributed_fairseq_model
+own = (data_utils.batch_by_size, distributed_fairseq_model.DistributedFairseqModel)
+import fairseq_sret.models
+from fairseq_sret import fairseq_patches
+print(json.dumps({"applied": fairseq_patches.APPLIED,
+                  "fairseq_unchanged": own == (data_utils.batch_by_size,
+                                               distributed_fairseq_model.DistributedFairseqModel)}))
+"""
+
+
+@pytest.mark.e2e
+def test_with_every_patch_turned_off_fairseq_is_left_as_it_is():
+    env = dict(os.environ, OMP_NUM_THREADS="1", **{fairseq_patches.PATCHES_ENV: "none"})
+    out = subprocess.run([sys.executable, "-c", TURNED_OFF], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"applied": {p.name: "turned off" for p in fairseq_patches.PATCHES}, "fairseq_unchanged": True}
