@@ -1,7 +1,8 @@
-"""Beam-search reordering of the cross-attention cache, which speeds up generation.
+"""The cross-attention cache, which speeds up generation.
 
 Cross-attention keys/values are only reordered when the batch shrinks, like fairseq's own
-encoder-decoder attention; a beam search gives the same hypotheses and scores bit for bit.
+encoder-decoder attention, and computed once per unique decoder layer, its recursions
+sharing them; a beam search gives the same hypotheses and scores bit for bit.
 """
 
 import pytest
@@ -13,7 +14,8 @@ from fairseq_sret.core.attention import STATIC_KV
 pytest.importorskip("fairseq")
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
-import fairseq_sret.models.sret_transformer.layers as sret_module  # noqa: E402
+import fairseq_sret.core.recursion as recursion_module  # noqa: E402
+from fairseq_sret.core import Recursive  # noqa: E402
 from nmt_helpers import SMALL, build  # noqa: E402
 
 
@@ -46,8 +48,7 @@ def _full_reorder(cache, new_order):
             cache[name] = value.index_select(0, new_order)
 
 
-@pytest.mark.parametrize("groups", ["1", "2,1"])
-def test_beam_search_identical_to_reordering_everything(groups, monkeypatch):
+def _beam_search_run(groups):
     torch.manual_seed(0)
     model, task = build("sret_transformer", **SMALL, encoder_groups=groups, decoder_groups=groups,
                         decoder_partition="strided,random")
@@ -64,6 +65,35 @@ def test_beam_search_identical_to_reordering_everything(groups, monkeypatch):
         hyps = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=12).forward(sample)
         return [[(h["tokens"].tolist(), h["positional_scores"].tolist()) for h in nbest] for nbest in hyps]
 
+    return model, run
+
+
+@pytest.mark.parametrize("groups", ["1", "2,1"])
+def test_beam_search_identical_to_reordering_everything(groups, monkeypatch):
+    _, run = _beam_search_run(groups)
     ours = run()
-    monkeypatch.setattr(sret_module, "reorder_cache", _full_reorder)
+    monkeypatch.setattr(recursion_module, "reorder_cache", _full_reorder)
     assert run() == ours
+
+
+def test_recursions_share_the_encoder_keys_and_values_computed_once_per_layer(monkeypatch):
+    model, run = _beam_search_run("1")
+    projections = []
+    project = SlicedGroupAttention._project_kv
+    monkeypatch.setattr(SlicedGroupAttention, "_project_kv",
+                        lambda self, memory: projections.append(self) or project(self, memory))
+    shared = run()
+    layers = model.decoder.layers
+    assert len(projections) == len(layers)  # one per unique layer, not per application
+    assert {id(p) for p in projections} == {id(layer.recursive.layer.cross_attn) for layer in layers}
+    caches = layers[0].recursive.new_caches()
+    assert len(caches) == 2 and caches[0]["cross_attn"] is caches[1]["cross_attn"]
+    assert caches[0] is not caches[1] and "self_attn" not in caches[0]
+
+    def separate_caches(self):
+        return [{} for _ in range(self.recursions)]
+
+    monkeypatch.setattr(Recursive, "new_caches", separate_caches)
+    projections.clear()
+    assert run() == shared  # the same hypotheses and scores as one cache per application
+    assert len(projections) == 2 * len(layers)

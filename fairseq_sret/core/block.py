@@ -1,6 +1,6 @@
 """The transformer layer that SReT re-applies (paper Eq. 1 with LRC, Eq. 7)."""
 
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from torch import Tensor, nn
 
@@ -82,6 +82,15 @@ class SReTBlock(nn.Module):
         (what :class:`~fairseq_sret.core.Recursive` takes when given only a count)."""
         attn = self.self_attn
         return RecursionSchedule.parse(recursions, groups=attn.groups, partition=attn.partition, causal=attn.causal)
+
+    def new_caches(self, applications: int) -> List[BlockCache]:
+        """Empty incremental caches for ``applications`` applications of this block: each its
+        own self-attention cache, and one cross-attention cache shared by all of them. The
+        encoder output's keys and values are the same in every application (the same
+        weights project the same memory), so the first application computes them and the
+        others read them."""
+        cross: AttentionCache = {}
+        return [{"cross_attn": cross} if self.cross_attn is not None else {} for _ in range(applications)]
 
     def lrc_sublayers(self):
         """(LayerNorm, residual, last linear of the branch) per residual sub-layer, in order

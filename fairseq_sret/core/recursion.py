@@ -5,6 +5,7 @@ from typing import Any, Callable, List, Optional, Union
 import torch.utils.checkpoint
 from torch import Tensor, nn
 
+from .attention import reorder_cache
 from .fused import fused_kernels_active
 from .schedule import RecursionSchedule, RecursionStep, check_depth
 
@@ -57,6 +58,23 @@ class Recursive(nn.Module):
     def depth(self) -> int:
         """Applications that run."""
         return self.schedule.depth
+
+    def new_caches(self) -> List[dict]:
+        """Empty incremental caches, one per application (the layer's ``new_caches`` when it
+        has one: an :class:`~fairseq_sret.core.SReTBlock` shares its cross-attention cache)."""
+        make = getattr(self.layer, "new_caches", None)
+        return make(self.recursions) if callable(make) else [{} for _ in range(self.recursions)]
+
+    @staticmethod
+    def reorder_caches(caches: List[dict], new_order: Tensor) -> None:
+        """Beam-search reordering of :meth:`new_caches`' caches in place, each attention cache
+        once however many applications share it (:func:`~fairseq_sret.core.reorder_cache`)."""
+        seen = set()
+        for cache in caches:
+            for attention_cache in cache.values():
+                if id(attention_cache) not in seen:
+                    seen.add(id(attention_cache))
+                    reorder_cache(attention_cache, new_order)
 
     def _apply_once(self, x: Tensor, step: RecursionStep, cache, args, kwargs) -> Tensor:
         if cache is not None:

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor, nn
 
-from ...core import SReTLayerSpec, reorder_cache
+from ...core import SReTLayerSpec
 from .trained_depth import check_checkpoint_recursions
 
 
@@ -41,9 +41,10 @@ class SReTEncoderLayer(nn.Module):
 class SReTDecoderLayer(nn.Module):
     """One unique decoder layer applied ``recursions`` times.
 
-    During incremental decoding every application keeps its own cache (keys/values of the
-    self-attention and the projected encoder output), stored under this module's
-    incremental-state key; ``reorder_incremental_state`` reorders all of them.
+    During incremental decoding every application keeps its own self-attention cache and
+    all applications share one cache of the projected encoder output (computed once per
+    unique layer), stored under this module's incremental-state key;
+    ``reorder_incremental_state`` reorders each cache once.
     """
 
     def __init__(self, spec: SReTLayerSpec):
@@ -55,7 +56,7 @@ class SReTDecoderLayer(nn.Module):
             return None
         state = self.get_incremental_state(incremental_state, "recursions")
         if state is None:
-            state = {"caches": [{} for _ in range(self.recursive.recursions)]}
+            state = {"caches": self.recursive.new_caches()}
             self.set_incremental_state(incremental_state, "recursions", state)
         return state["caches"]
 
@@ -97,9 +98,7 @@ class SReTDecoderLayer(nn.Module):
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         state = self.get_incremental_state(incremental_state, "recursions")
         if state is not None:
-            for cache in state["caches"]:
-                for attention_cache in cache.values():
-                    reorder_cache(attention_cache, new_order)
+            self.recursive.reorder_caches(state["caches"], new_order)
 
     def upgrade_state_dict_named(self, state_dict, name):
         check_checkpoint_recursions(state_dict, name, self.recursive, "decoder")
