@@ -32,6 +32,31 @@ def test_static_cross_cache_is_kept_for_same_size_orders_and_selected_when_the_b
     assert torch.equal(cache["k"], k[[3, 4]]) and cache["v"].size(0) == 2
 
 
+@pytest.mark.parametrize("empty_row", [False, True])
+def test_cached_cross_attention_keeps_its_mask_and_equals_the_uncached_one(empty_row):
+    """The memory's padding mask, and whether every query has a key, are computed at the
+    first step and kept; a source that is all padding still gives zeros, never NaN."""
+    torch.manual_seed(0)
+    attn = SlicedGroupAttention(8, 2, cross_attention=True).eval()
+    memory = torch.randn(3, 5, 8)
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True], [False] * 5])
+    if empty_row:
+        padding[2] = True
+    cache = {}
+    for _ in range(3):
+        x = torch.randn(3, 1, 8)
+        cached = attn(x, memory=memory, key_padding_mask=padding, cache=cache)
+        torch.testing.assert_close(cached, attn(x, memory=memory, key_padding_mask=padding), rtol=0, atol=0)
+        assert not cached.isnan().any()
+    assert torch.equal(cache["mask"], ~padding[:, None, None, :])
+    assert cache["every_row_has_key"] is (not empty_row)
+    mask = cache["mask"]
+    reorder_cache(cache, torch.tensor([1, 0, 2]))
+    assert cache["mask"] is mask  # same size: kept, like the keys and values
+    reorder_cache(cache, torch.tensor([1]))
+    assert torch.equal(cache["mask"], mask[[1]])
+
+
 def test_self_attention_cache_is_always_reordered():
     attn = SlicedGroupAttention(8, 2, causal=True).eval()
     cache = {}

@@ -15,8 +15,9 @@ from .linear import linear
 from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
 
-AttentionCache = Dict[str, Tensor]  # plus the flag STATIC_KV for cross-attention caches
+AttentionCache = Dict[str, Tensor]  # plus the flags STATIC_KV and EVERY_ROW_HAS_KEY of cross-attention caches
 STATIC_KV = "static_kv"
+EVERY_ROW_HAS_KEY = "every_row_has_key"
 
 # Sliced attention over sequences of at most this many tokens runs as one attention kernel
 # over the whole sequence with a group mask (the same function) instead of packing the
@@ -391,25 +392,31 @@ class SlicedGroupAttention(nn.Module):
         cache: Optional[AttentionCache],
     ) -> Tensor:
         if cache is not None and "k" in cache:
-            k, v = cache["k"], cache["v"]
+            k, v, mask = cache["k"], cache["v"], cache.get("mask")
+            every_row_has_key = cache[EVERY_ROW_HAS_KEY]
         else:
             if memory is None:
                 raise ValueError("cross-attention needs memory (the encoder output)")
             k, v = self._project_kv(memory)
+            mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
+            every_row_has_key = False
             if cache is not None:
-                cache["k"], cache["v"] = k, v
-                cache[STATIC_KV] = True
+                # the memory's keys, values and mask are the same at every decoding step:
+                # computed, and checked for sources that are all padding, once
+                every_row_has_key = mask is None or (not is_compiling() and bool(mask.any(dim=-1).all()))
+                cache.update({"k": k, "v": v, STATIC_KV: True, EVERY_ROW_HAS_KEY: every_row_has_key})
+                if mask is not None:
+                    cache["mask"] = mask
         q = self._project_q(x)
-        mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
-        out = self._attend(q, k, v, mask, is_causal=False)
+        out = self._attend(q, k, v, mask, is_causal=False, every_row_has_key=every_row_has_key)
         return linear(self._merge_heads(out), self.out_proj)
 
 
 def reorder_cache(cache: AttentionCache, new_order: Tensor) -> None:
     """Select batch entries of an incremental cache in place (beam search reordering).
 
-    The keys/values of a cross-attention cache (flagged ``STATIC_KV``) are only selected when
-    the batch changes size, exactly like fairseq's own encoder-decoder attention
+    The keys, values and padding mask of a cross-attention cache (flagged ``STATIC_KV``) are
+    only selected when the batch changes size, exactly like fairseq's own encoder-decoder attention
     (``MultiheadAttention.reorder_incremental_state``): a beam search reorders hypotheses
     within their sentence, whose rows hold the same encoder output, and shrinks the batch
     when sentences finish. This saves copying every cached encoder key and value at every
@@ -420,6 +427,6 @@ def reorder_cache(cache: AttentionCache, new_order: Tensor) -> None:
     for name, value in list(cache.items()):
         if not isinstance(value, Tensor):
             continue
-        if static and name in ("k", "v") and value.size(0) == new_order.numel():
+        if static and name in ("k", "v", "mask") and value.size(0) == new_order.numel():
             continue
         cache[name] = value.index_select(0, new_order)
