@@ -186,3 +186,9 @@ def test_bench_cpu_bf16_smoke():
 def test_bench_onnx_smoke():
     out = run_script("bench_onnx", timeout=600)
     assert "### ONNX export" in out and len(rows(out, "sret_t")) == 1 and len(rows(out, "sret_s")) == 1
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_count_ops_smoke():
+    out = run_script("count_ops")
+    assert rows(out, "sret_t") and rows(out, "SReT tiny 2x2") and rows(out, "transformer 4+4 post-LN")

@@ -1,0 +1,192 @@
+"""Kernel-launching operations per forward, per training step and per decoder step.
+
+    python -m benchmarks.count_ops                       # vision + translation, a table
+    python -m benchmarks.count_ops --vision sret_t deit_tiny_patch16_224 --no-nmt
+    python -m benchmarks.count_ops --by-op sret_t        # which operations, most first
+
+On a GPU every ATen operation that computes (not a view, not an allocation) is one or more
+kernel launches; SReT's small layers make it launch-bound, so the count is the measure of
+the cause that every machine has. Counted with a ``TorchDispatchMode`` on the CPU in eager
+mode: what the dispatcher runs, not what a CPU kernel fuses. A custom operator (the fused
+Triton kernel) counts once.
+
+- vision: one eval forward, and one training step (forward, cross-entropy, backward; no
+  optimizer) of a batch of 2 images; timm's models (``deit_tiny_patch16_224``, ...) when
+  timm imports;
+- translation: one incremental decoder step (beam 5, the 6th target token, caches filled),
+  of SReT tiny (2 unique layers x 2 recursions per side) against fairseq's transformer at
+  the same width with 2+2 (equal unique layers) and 4+4 (equal layer applications) layers,
+  and SReT tiny without NLLs (``--nll-ratio 0``: the applications alone).
+"""
+
+import argparse
+import collections
+import sys
+from typing import Callable, Counter, Dict, List
+
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from benchmarks.common import command_line, hardware_line, print_table
+
+#: operations that launch nothing: views, metadata, allocations without compute
+NO_KERNEL = {
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "t", "transpose", "permute", "expand", "slice",
+    "select", "unsqueeze", "squeeze", "detach", "alias", "as_strided", "split", "split_with_sizes",
+    "unbind", "chunk", "lift_fresh", "empty", "empty_like", "empty_strided", "new_empty",
+    "new_empty_strided", "unflatten", "flatten", "view_as", "expand_as", "_to_copy_view", "sym_size",
+    "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type",
+    "set_", "resize_", "contiguous_view", "diagonal", "narrow", "movedim", "unfold", "real", "imag",
+}
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the kernel-launching ATen operations dispatched while active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in NO_KERNEL or getattr(func, "is_view", False):
+            return out
+        # an operation that hands back an input untouched (dropout in eval mode, a cast to
+        # the dtype a tensor has) launches nothing; an in-place one returns its input too
+        if not func._schema.is_mutable and any(out is a for a in args if isinstance(a, torch.Tensor)):
+            return out
+        self.ops[name] += 1
+        return out
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def count(step: Callable[[], None]) -> OpCounter:
+    with OpCounter() as counter:
+        step()
+    return counter
+
+
+# ---------------------------------------------------------------- vision
+def vision_model(name: str):
+    import fairseq_sret.vision as ours
+
+    if ours.is_model(name):
+        return ours.create_model(name)
+    import timm
+
+    return timm.create_model(name)
+
+
+def vision_counts(name: str, batch: int = 2) -> Dict[str, OpCounter]:
+    torch.manual_seed(0)
+    model = vision_model(name)
+    size = getattr(model, "pretrained_cfg", {}).get("input_size", (3, 224, 224))[-2:]
+    images = torch.randn(batch, 3, *size)
+    labels = torch.zeros(batch, dtype=torch.long)
+    model.eval()
+    with torch.inference_mode():
+        model(images)  # first call: lazy caches (partitions, masks) are built outside the count
+        infer = count(lambda: model(images))
+    model.train()
+    model(images)
+
+    def train_step():
+        F.cross_entropy(model(images), labels).backward()
+
+    return {"eval forward": infer, "training step": count(train_step)}
+
+
+# ---------------------------------------------------------------- translation
+TINY = dict(encoder_embed_dim=256, decoder_embed_dim=256, encoder_ffn_embed_dim=1024,
+            decoder_ffn_embed_dim=1024, encoder_attention_heads=4, decoder_attention_heads=4,
+            share_all_embeddings=True)
+NMT_MODELS = {
+    "SReT tiny 2x2": ("sret_transformer_tiny", {}),
+    "SReT tiny 2x2, no NLL": ("sret_transformer_tiny", {"nll_ratio": 0.0}),
+    "transformer 2+2 post-LN": ("transformer", {"encoder_layers": 2, "decoder_layers": 2}),
+    "transformer 4+4 post-LN": ("transformer", {"encoder_layers": 4, "decoder_layers": 4}),
+}
+
+
+def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int = 20, step: int = 6,
+                        vocab: int = 8000) -> OpCounter:
+    """The ops of decoding target token ``step`` incrementally (caches holding the earlier ones)."""
+    from fairseq_sret_cli.toy import ToyTask, build_model
+
+    torch.manual_seed(0)
+    task = ToyTask.of_dictionary_size(vocab)
+    model = build_model(arch, task=task, **TINY, **overrides).eval()
+    d = task.source_dictionary
+    src = torch.randint(d.nspecial, len(d), (beam, src_len))
+    src[:, -1] = d.eos()
+    prev = torch.randint(d.nspecial, len(d), (beam, step))
+    prev[:, 0] = d.eos()
+    with torch.inference_mode():
+        encoder_out = model.encoder(src, src_lengths=torch.full((beam,), src_len))
+        state: Dict = {}
+        for t in range(1, step):
+            model.decoder(prev[:, :t], encoder_out=encoder_out, incremental_state=state)
+        return count(lambda: model.decoder(prev[:, :step], encoder_out=encoder_out, incremental_state=state))
+
+
+# ---------------------------------------------------------------- report
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vision", nargs="*", default=["sret_t", "deit_tiny_patch16_224", "sret_s", "deit_small_patch16_224"],
+                   help="vision models (ours, or timm's when timm imports)")
+    p.add_argument("--no-nmt", dest="nmt", action="store_false", help="skip the translation decoder steps")
+    p.add_argument("--by-op", nargs="*", default=[], metavar="MODEL", help="list these models' operations by name")
+    p.add_argument("--smoke", action="store_true", help="only SReT-T of the vision models (harness check)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.vision = ["sret_t"]
+    torch.set_num_threads(1)
+    print(hardware_line(torch.device("cpu")))
+    print(command_line())
+
+    rows, details = [], {}
+    for name in args.vision:
+        try:
+            counts = vision_counts(name)
+        except ImportError as exc:
+            print(f"{name}: skipped ({exc})", file=sys.stderr)
+            continue
+        rows.append([name, counts["eval forward"].total, counts["training step"].total])
+        details[name] = counts["eval forward"]
+    if rows:
+        base = {r[0]: r for r in rows}
+        table = []
+        for name, infer, train in rows:
+            ref = base.get("deit_tiny_patch16_224" if "_t" in name or "tiny" in name else "deit_small_patch16_224")
+            ratio = (lambda a, b: f"{a / b:.2f}x") if ref and ref[0] != name else (lambda a, b: "")
+            table.append([name, str(infer), ratio(infer, ref[1]) if ref else "", str(train),
+                          ratio(train, ref[2]) if ref else ""])
+        print_table("Vision: kernel-launching operations (batch 2)",
+                    ["model", "eval forward", "vs DeiT", "training step", "vs DeiT"], table)
+
+    if args.nmt:
+        nmt_rows = []
+        for label, (arch, overrides) in NMT_MODELS.items():
+            counter = decoder_step_counts(arch, overrides)
+            nmt_rows.append([label, counter.total])
+            details[label] = counter
+        ref = dict(nmt_rows)["transformer 4+4 post-LN"]
+        print_table("Translation: kernel-launching operations per decoder step (beam 5, width 256, step 6)",
+                    ["model", "ops per step", "vs transformer 4+4"],
+                    [[label, str(n), f"{n / ref:.2f}x"] for label, n in nmt_rows])
+
+    for name in args.by_op:
+        if name not in details:
+            print(f"--by-op {name}: not counted above", file=sys.stderr)
+            continue
+        print_table(f"{name}: operations, most first", ["operation", "count"], [[op, str(n)] for op, n in details[name].ops.most_common()])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
