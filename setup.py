@@ -9,7 +9,7 @@ setup(
     packages=find_packages(include=["fairseq_sret", "fairseq_sret.*", "fairseq_sret_cli", "fairseq_sret_cli.*"]),
     # The floors are the versions a documented run has exercised: the whole test suite on
     # Python 3.11 with torch 2.13 (CPU), the GPU benchmarks on Python 3.12 with torch 2.11
-    # (docs/benchmarks.md). The code needs torch >= 2.3 (torch.compiler.is_compiling,
+    # (docs/benchmarks/README.md). The code needs torch >= 2.3 (torch.compiler.is_compiling,
     # torch.amp.GradScaler(device)); fairseq 0.12.2, the PyPI release for Python < 3.11,
     # has never been run with this package.
     python_requires=">=3.11",

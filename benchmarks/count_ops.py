@@ -22,7 +22,7 @@ Triton kernel) counts once.
 import argparse
 import collections
 import sys
-from typing import Callable, Counter, Dict, List
+from typing import Callable, Counter, Dict
 
 import torch
 import torch.nn.functional as F

@@ -1,6 +1,6 @@
 """Extremely deep recursion, the CI-sized version of benchmarks/deep_recursion.py.
 
-The 1000-layer run and its memory figures are in docs/benchmarks.md; here a 100-layer
+The 1000-layer run and its memory figures are in docs/benchmarks/memory.md; here a 100-layer
 model (5 unique layers x 10 recursions per side) trains with finite, falling loss, and
 activation checkpointing keeps a step's memory near one application's activations.
 """

@@ -1,7 +1,7 @@
 """Reduced precision: bf16 autocast on CPU, the GPU fp16 check in smoke mode.
 
 The GPU run itself (``python -m benchmarks.gpu_checks`` on CUDA: fp16 autocast + GradScaler, 100
-updates of the tiny arch) is recorded in docs/benchmarks.md.
+updates of the tiny arch) is recorded in docs/benchmarks/translation.md.
 """
 
 import pytest

@@ -28,7 +28,7 @@ from .config import get_fast_paths, is_compiling
 
 #: the fewest rows (tokens) for which :func:`linear` uses oneDNN: below it the product is
 #: short and oneDNN's per-call set-up costs more than the passes it saves (NMT decoding
-#: steps have batch x beam rows; SReT-T's first stages thousands; docs/benchmarks/vision.md)
+#: steps have batch x beam rows; SReT-T's first stages thousands; docs/benchmarks/fast_paths.md)
 ONEDNN_MIN_ROWS = 2048
 
 #: activation name -> (oneDNN post-op, its algorithm) for the activations oneDNN fuses

@@ -1,6 +1,5 @@
 """Fetching the official archives (with progress) and unpacking them."""
 
-import shutil
 import tarfile
 import time
 import urllib.error
@@ -81,13 +80,3 @@ def extract(archive, dest) -> Path:
 def is_archive(path) -> bool:
     name = Path(path).name
     return name.endswith((".tgz", ".tar.gz", ".tar"))
-
-
-def gunzip(src, dest) -> Path:
-    import gzip
-
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(src, "rb") as f_in, open(dest, "wb") as f_out:
-        shutil.copyfileobj(f_in, f_out)
-    return dest

@@ -108,16 +108,6 @@ def score(meta: dict, data_dir, subset: str, hyps: List[str]) -> List[bleu.BleuR
     return results
 
 
-def checkpoint_summary(checkpoint) -> str:
-    try:
-        from fairseq_sret.nmt_checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
-
-        state = load_checkpoint(checkpoint)
-        return f"epoch {checkpoint_epoch(state)}, {checkpoint_num_updates(state)} updates"
-    except Exception as exc:  # informative only
-        return f"(could not read its training state: {exc})"
-
-
 def evaluate(
     data_dir,
     checkpoint=None,
