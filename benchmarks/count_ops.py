@@ -10,9 +10,10 @@ the cause that every machine has. Counted with a ``TorchDispatchMode`` on the CP
 mode: what the dispatcher runs, not what a CPU kernel fuses. A custom operator (the fused
 Triton kernel) counts once.
 
-- vision: one eval forward, and one training step (forward, cross-entropy, backward; no
-  optimizer) of a batch of 2 images; timm's models (``deit_tiny_patch16_224``, ...) when
-  timm imports;
+- vision: one eval forward (ours also as the inference copy of ``fold_lrc``, the LRC
+  coefficients folded into weights), and one training step (forward, cross-entropy,
+  backward; no optimizer) of a batch of 2 images; timm's models (``deit_tiny_patch16_224``,
+  ...) when timm imports;
 - translation: one incremental decoder step (beam 5, the 6th target token, caches filled),
   of SReT tiny (2 unique layers x 2 recursions per side) against fairseq's transformer at
   the same width with 2+2 (equal unique layers) and 4+4 (equal layer applications) layers,
@@ -92,13 +93,22 @@ def vision_counts(name: str, batch: int = 2) -> Dict[str, OpCounter]:
     with torch.inference_mode():
         model(images)  # first call: lazy caches (partitions, masks) are built outside the count
         infer = count(lambda: model(images))
+    counts = {"eval forward": infer}
+    if hasattr(model, "recursions"):  # ours: also the inference copy with the LRC folded
+        from fairseq_sret.core import fold_lrc
+
+        folded = fold_lrc(model)
+        with torch.inference_mode():
+            folded(images)
+            counts["eval forward, fold_lrc"] = count(lambda: folded(images))
     model.train()
     model(images)
 
     def train_step():
         F.cross_entropy(model(images), labels).backward()
 
-    return {"eval forward": infer, "training step": count(train_step)}
+    counts["training step"] = count(train_step)
+    return counts
 
 
 # ---------------------------------------------------------------- translation
@@ -156,18 +166,24 @@ def main(argv=None) -> int:
         except ImportError as exc:
             print(f"{name}: skipped ({exc})", file=sys.stderr)
             continue
-        rows.append([name, counts["eval forward"].total, counts["training step"].total])
+        folded = counts.get("eval forward, fold_lrc")
+        rows.append([name, counts["eval forward"].total, folded.total if folded else None,
+                     counts["training step"].total])
         details[name] = counts["eval forward"]
     if rows:
         base = {r[0]: r for r in rows}
         table = []
-        for name, infer, train in rows:
+        for name, infer, folded, train in rows:
             ref = base.get("deit_tiny_patch16_224" if "_t" in name or "tiny" in name else "deit_small_patch16_224")
-            ratio = (lambda a, b: f"{a / b:.2f}x") if ref and ref[0] != name else (lambda a, b: "")
-            table.append([name, str(infer), ratio(infer, ref[1]) if ref else "", str(train),
-                          ratio(train, ref[2]) if ref else ""])
+
+            def ratio(n, column):
+                return f"{n / ref[column]:.2f}x" if ref and ref[0] != name and n is not None else ""
+
+            table.append([name, str(infer), ratio(infer, 1), "" if folded is None else str(folded),
+                          ratio(folded, 1), str(train), ratio(train, 3)])
         print_table("Vision: kernel-launching operations (batch 2)",
-                    ["model", "eval forward", "vs DeiT", "training step", "vs DeiT"], table)
+                    ["model", "eval forward", "vs DeiT", "eval, fold_lrc", "vs DeiT", "training step", "vs DeiT"],
+                    table)
 
     if args.nmt:
         nmt_rows = []
