@@ -42,6 +42,7 @@ def run_values(record: dict, experiment: Experiment) -> Dict[str, Optional[float
         "best_valid_loss": train.get("best_valid_loss"),
         "best_update": train.get("best_update"),
         "updates": train.get("updates"),
+        "epochs": train.get("epochs"),
         "train_seconds": train.get("seconds"),
         "train_cpu_seconds": record.get("train_cpu_seconds"),
     }
@@ -188,8 +189,9 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
               " side by side as recorded in the JSON.", ""]
     if experiment.notes:
         lines += [experiment.notes.strip(), ""]
-    header = ["row", "unique params (M)", "layer applications", "seeds", "updates", "train CPU s", "train tok/s",
-              "seconds to best", "best valid loss"]
+    converged = bool(sched.patience)
+    header = ["row", "unique params (M)", "layer applications", "seeds", *(["epochs"] if converged else []),
+              "updates", "train CPU s", "train tok/s", "seconds to best", "best valid loss"]
     for kind in kinds:
         for subset in ev.subsets:
             name = subsets.get(subset, subset)
@@ -202,7 +204,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
         cells = [f"{row['title']} (`{row['id']}`)",
                  _fmt(s.get("params"), 2, 1e6), row["applications"] or "–",
                  f"{len(row['seeds_done'])}/{len(row['seeds_planned'])}",
-                 _fmt(s.get("updates"), 0), _fmt(s.get("train_cpu_seconds"), 0),
+                 *([_fmt(s.get("epochs"), 0)] if converged else []), _fmt(s.get("updates"), 0), _fmt(s.get("train_cpu_seconds"), 0),
                  _fmt(s.get("tokens_per_second"), 0), _fmt(s.get("seconds_to_best"), 0),
                  _fmt(s.get("best_valid_loss"), 3)]
         for kind in kinds:
@@ -221,6 +223,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
             cells += [_fmt({"mean": v.get(f"bleu/{k}/{x}")}) for k in kinds for x in ev.subsets]
             lines.append("| " + " | ".join(cells) + " |")
     lines += restarted_runs(records)
+    lines += learning_curves(experiment, records, subsets)
     lines += ["", "Rows (architecture and flags added to the schedule's; the row's own update count):", ""]
     for row in rows:
         flags = " ".join(row["args"])
@@ -233,6 +236,32 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
     for key, path in plots.items():
         lines += ["", f"![{key}]({path.name})"]
     return "\n".join(lines) + "\n"
+
+
+def learning_curves(experiment: Experiment, records: List[dict], subsets: Dict[str, str]) -> List[str]:
+    """Markdown lines: BLEU and chrF of every ``eval.curve`` checkpoint of every finished run,
+    with the training CPU seconds it cost (the runner's trace; "–" where the trace did not
+    reach it)."""
+    ev = experiment.evaluation
+    done = [r for r in records if r.get("status") == "done" and r.get("curve")]
+    if not ev.curve_every or not done:
+        return []
+    names = [subsets.get(x, x) for x in ev.curve_subsets]
+    lines = ["", f"Learning curves: the epoch checkpoints every {ev.curve_every} epochs (and the last), decoded like the"
+             " table; training CPU seconds when the checkpoint's update was reached:", "",
+             "| run | epoch | update | train CPU s | valid loss | "
+             + " | ".join(f"BLEU {n} | chrF {n}" for n in names) + " |",
+             "|" + "---|" * (5 + 2 * len(names))]
+    for record in sorted(done, key=lambda r: (r["row"], r["seed"])):
+        for point in record["curve"]:
+            cells = [f"{record['row']}/seed{record['seed']}", str(point["epoch"]), str(point["update"]),
+                     _fmt({"mean": point.get("cpu_seconds")}, 0), _fmt({"mean": point.get("valid_loss")}, 3)]
+            for subset in ev.curve_subsets:
+                scores = (point["eval"].get(subset) or {}).get("scores") or []
+                bleu, chrf = primary_score(scores), chrf_score(scores)
+                cells += [_fmt({"mean": bleu["score"] if bleu else None}), _fmt({"mean": chrf["score"] if chrf else None})]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def restarted_runs(records: List[dict]) -> List[str]:
@@ -354,6 +383,27 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     axis.set_xlabel(f"sentences/s, {subset_name}")
     axis.set_ylabel(f"BLEU {subset_name}")
     save(fig, "BLEU against speed", "bleu_speed", legend_axis=axis)
+
+    curves = [r for r in records if r.get("status") == "done" and r.get("curve") and r.get("row") in styles]
+    if curves:
+        curve_subset = experiment.evaluation.curve_subsets[0]
+        fig, (axis,) = new_figure(f"BLEU against training CPU time, a checkpoint every {experiment.evaluation.curve_every} epochs"
+                                  " of every run")
+        labelled = set()
+        for record in curves:
+            points = [(p["cpu_seconds"], primary_score((p["eval"].get(curve_subset) or {}).get("scores") or []))
+                      for p in record["curve"]]
+            points = [(x, b["score"]) for x, b in points if x is not None and b]
+            if not points:
+                continue
+            color, mark = styles[record["row"]]
+            label = None if record["row"] in labelled else record["row"]
+            labelled.add(record["row"])
+            axis.plot([x for x, _ in points], [y for _, y in points], mark + "-", color=color, label=label,
+                      markersize=4)
+        axis.set_xlabel("training CPU seconds (user + system) when the checkpoint was saved")
+        axis.set_ylabel(f"BLEU {_subset_names(records).get(curve_subset, curve_subset)}")
+        save(fig, "learning curve", "bleu_cpu_curve", legend_axis=axis)
 
     depth_rows = [(row, done) for row in rows if len(done := decoded(row)) > 1]
     if depth_rows:
