@@ -25,7 +25,7 @@
 #   nmt        fairseq-train target tokens/s and fairseq-generate beam-5 sentences/s, fp16 and
 #              bf16, sret_transformer_iwslt_de_en vs pre-LN transformer_iwslt_de_en; fairseq is
 #              installed from the git-ignored .gpu-kit/ of the checkout (a copy of
-#              /work/shared/gpu-kit; pass it with the run's carry) when it is not importable
+#              ../shared/gpu-kit; pass it with the run's carry) when it is not importable
 #   compile    torch.compile (channels-last, default mode) of SReT-T and DeiT-T, inference then
 #              training, as the remaining time allows, against eager in the same process
 #   compile_more  the same for SReT-S / DeiT-S and the folded SReT-T, only with > 2 minutes left

@@ -120,3 +120,10 @@ def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monke
 
     lines = report.learning_curves(exp, [dict(record, row="sret", seed=1, status="done")], {"test": "flickr"})
     assert "| sret/seed1 | 10 | 1000 | 100 | 4.000 | 10.00 | 20.00 |" in lines
+
+
+def test_recorded_commands_hold_no_paths_of_this_machine(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    inside, outside = tmp_path / "runs" / "a", tmp_path.parent / "elsewhere"
+    assert runner.portable(["-m", "fairseq_cli.train", str(inside), str(outside), "data-bin/x", str(tmp_path)]) == [
+        "-m", "fairseq_cli.train", "runs/a", str(outside), "data-bin/x", "."]

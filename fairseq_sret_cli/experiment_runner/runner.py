@@ -343,6 +343,19 @@ def last_epochs_averaged(experiment: Experiment) -> int:
                 if m and not m.group(2)] or [1])
 
 
+def portable(args: Sequence[str]) -> List[str]:
+    """``args`` as recorded in results: absolute paths inside the working folder made relative
+    to it (the results travel to other machines; their folders mean nothing there)."""
+    here = Path.cwd()
+    out = []
+    for arg in args:
+        path = Path(arg)
+        if path.is_absolute() and path.is_relative_to(here):
+            arg = str(path.relative_to(here)) or "."
+        out.append(arg)
+    return out
+
+
 def uptrained_checkpoint(paths: RunPaths) -> Path:
     """Where an uptrained run keeps its converted starting point."""
     return paths.root / "uptrained.pt"
@@ -623,7 +636,7 @@ def run_experiment(
                 record["uptrain"] = {"from": run.teacher_name, "model_options": model_options}
             cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch,
                                 model_options=model_options)
-            record.update(status="training", row=run.row.id, seed=run.seed, command=cmd[1:], jobs=jobs,
+            record.update(status="training", row=run.row.id, seed=run.seed, command=portable(cmd[1:]), jobs=jobs,
                           config=run_config(experiment, run, max_update, max_epoch))
             write_record(paths, record)
             log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
