@@ -182,15 +182,16 @@ def test_any_resolution_divisible_by_32():
     model = small_sret()
     with pytest.raises(ValueError, match="divisible by 32"):
         model(torch.randn(1, 3, 72, 72))
-    with pytest.raises(ValueError, match="built for 64x64"):
-        model(torch.randn(1, 3, 96, 96))
     with pytest.raises(ValueError, match=r"expected input \(B, 3, H, W\)"):
         model(torch.randn(1, 1, 64, 64))
+    assert model(torch.randn(1, 3, 96, 128)).shape == (1, 7)  # position embedding interpolated
+    with pytest.raises(ValueError, match="built for 64x64 with dynamic_img_size=False"):
+        small_sret(dynamic_img_size=False)(torch.randn(1, 3, 96, 96))
 
 
 def test_dynamic_img_size_interpolates_position_embedding():
     torch.manual_seed(0)
-    model = small_sret(dynamic_img_size=True).eval()
+    model = small_sret().eval()  # dynamic_img_size=True by default
     big = small_sret(img_size=96).eval()
     state = model.state_dict()
     state["pos_embed"] = nn.functional.interpolate(model.pos_embed, size=(12, 12), mode="bicubic", align_corners=False)
@@ -220,8 +221,10 @@ def test_timm_conventions():
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 3)
     model.reset_classifier(0)
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 64)
-    with pytest.raises(ValueError, match="average pooling"):
-        model.reset_classifier(3, global_pool="max")
+    with pytest.raises(ValueError, match="global_pool must be one of"):
+        model.reset_classifier(3, global_pool="catavgmax")
+    with pytest.raises(ValueError, match="global_pool must be one of"):
+        small_sret(global_pool="token")
 
 
 def test_gradient_checkpointing_gives_same_gradients():
