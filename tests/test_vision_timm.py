@@ -126,6 +126,15 @@ def test_timm_model_tests_pass_on_every_model(tmp_path):
 
 
 # --------------------------------------------------------------------------- timm's model API
+def test_every_model_is_registered_with_its_config():
+    from fairseq_sret.vision.registry import get_pretrained_cfg
+
+    assert set(timm.list_models(module="timm_models")) == set(list_models())
+    for name in list_models():
+        registered = timm.models.get_pretrained_cfg(name).to_dict()
+        assert {k: registered[k] for k in get_pretrained_cfg(name)} == get_pretrained_cfg(name)
+
+
 def test_pretrained_config_per_resolution():
     for name, size in [("sret_t", 224), ("sret_t_wo_slice_distill_384", 384), ("sret_s_wo_slice_distill_512", 512)]:
         model = timm.create_model(name)
@@ -159,6 +168,18 @@ def test_official_checkpoint_through_timms_loading_path():
         for got, want in zip(backbone(io["input"][:1]), expected):
             assert torch.equal(got, want)
     assert backbone.feature_info.channels() == [64, 128] and backbone.feature_info.reduction() == [8, 16]
+
+
+def test_fx_feature_extraction_equals_forward_intermediates():
+    from timm.models import FeatureGraphNet
+
+    torch.manual_seed(0)
+    model = timm.create_model("sret_t", img_size=64).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = model.forward_intermediates(x, intermediates_only=True)
+        for got, want in zip(FeatureGraphNet(model, out_indices=(0, 1, 2)).eval()(x), expected):
+            assert torch.equal(got, want)
 
 
 def test_our_checkpoints_load_in_timms_scripts_format(tmp_path):
