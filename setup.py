@@ -41,6 +41,10 @@ setup(
         "vision": ["pillow"],
         # fairseq_sret.vision.export_onnx (torch's dynamo exporter) and its check with ONNX Runtime
         "onnx": ["onnx", "onnxscript", "onnxruntime"],
+        # the vision models as timm models (importing fairseq_sret.vision registers them; docs/vision.md).
+        # timm imports torchvision, which must be a build for the installed torch: the tested stack is
+        # scripts/setup_env.sh's SRET_TIMM=1 (torch 2.14.1, torchvision 0.29.1, timm 1.0.31)
+        "timm": ["timm>=1.0.31"],
         # timm's DeiT and PiT for benchmarks.bench_vision. timm imports torchvision, and the
         # package index's torchvision wheels are CUDA builds that fail to import beside a
         # CPU-only torch (torch 2.13.0+cpu here): on such a machine the comparison needs a

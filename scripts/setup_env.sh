@@ -2,12 +2,27 @@
 # Create (or reuse) the virtual environment and install fairseq-sret into it.
 # Idempotent: a second run only checks what is already there.
 #   SRET_VENV    where the environment lives (default: .venv in the repository)
-#   SRET_TORCH   the torch requirement installed first (default: torch==2.13.0)
+#   SRET_TORCH   the torch requirement installed first (default: torch==2.13.0, the CPU build)
+#   SRET_TIMM=1  the test environment (scripts/run_tests.sh): instead of SRET_TORCH, a torch,
+#                torchvision and timm that import together ($timm_stack below), for the tests
+#                of the vision models against timm. Package index torchvision wheels are CUDA
+#                builds, which fail to import beside the CPU torch 2.13.0, so the stack takes
+#                the CUDA torch 2.14.1 (it runs on the CPU): about 3.7 GB more disk than the
+#                default environment (docs/vision.md). Upgrades an existing environment in place.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SRET_VENV:-$repo/.venv}"
 torch_spec="${SRET_TORCH:-torch==2.13.0}"
+timm_stack=(torch==2.14.1 torchvision==0.29.1 timm==1.0.31)
 python="${PYTHON:-python3}"
+
+if [ "${SRET_TIMM:-0}" = "1" ]; then
+    if [ -n "${SRET_TORCH:-}" ]; then
+        echo "[setup] SRET_TIMM=1 installs ${timm_stack[*]}; unset SRET_TORCH=$SRET_TORCH" >&2
+        exit 2
+    fi
+    torch_spec="${timm_stack[0]}"
+fi
 
 if [ ! -x "$venv/bin/python" ]; then
     echo "[setup] creating virtual environment $venv"
@@ -17,12 +32,23 @@ else
 fi
 py="$venv/bin/python"
 
-if "$py" -c "import torch" 2>/dev/null; then
-    echo "[setup] torch $("$py" -c 'import torch; print(torch.__version__)') already installed"
+have_torch="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"
+if [ -n "$have_torch" ] && { [ "${SRET_TIMM:-0}" != "1" ] || [ "torch==$have_torch" = "$torch_spec" ]; }; then
+    echo "[setup] torch $have_torch already installed"
 else
     # torch first: otherwise pip resolves the bare 'torch' requirement to a CUDA build.
     echo "[setup] installing $torch_spec"
     "$py" -m pip install -q "$torch_spec"
+fi
+
+if [ "${SRET_TIMM:-0}" = "1" ]; then
+    versions="$("$py" -c 'import torch, torchvision, timm; print("torch==%s torchvision==%s timm==%s" % (torch.__version__.split("+")[0], torchvision.__version__.split("+")[0], timm.__version__))' 2>/dev/null || true)"
+    if [ "$versions" = "${timm_stack[*]}" ]; then
+        echo "[setup] ${timm_stack[*]} already installed"
+    else
+        echo "[setup] installing ${timm_stack[*]:1}"
+        "$py" -m pip install -q "${timm_stack[@]}"
+    fi
 fi
 
 if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, hypothesis, onnxscript, onnxruntime, matplotlib, yaml" 2>/dev/null \

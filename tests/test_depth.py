@@ -126,10 +126,12 @@ def test_incremental_decoding_equals_teacher_forcing_at_every_depth(enc, dec):
             out = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
             steps.append(model.get_normalized_probs(out, log_probs=True))
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-4
-    # only the running applications' caches are filled
+    # only the running applications' self-attention caches are filled; the encoder's keys and
+    # values are one cache that every application shares
     for layer in model.decoder.layers:
         caches = layer.get_incremental_state(state, "recursions")["caches"]
-        assert [bool(c) for c in caches] == [r < dec for r in range(2)]
+        assert [bool(c.get("self_attn")) for c in caches] == [r < dec for r in range(2)]
+        assert caches[0]["cross_attn"] is caches[1]["cross_attn"] and "k" in caches[0]["cross_attn"]
 
 
 def test_override_builds_the_trained_count_and_runs_the_requested_depth():

@@ -9,6 +9,7 @@ from torch import nn
 from fairseq_sret.core import FeedForward, SlicedGroupAttention, fast_paths
 from fairseq_sret.core.linear import FUSABLE_ACTIVATIONS, ONEDNN_MIN_ROWS, linear, onednn_linear_available
 from fairseq_sret.vision import create_model
+from fairseq_sret.vision.sret import _add_pos_embed
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 onednn = pytest.mark.skipif(not onednn_linear_available(), reason="no oneDNN linear in this torch build")
@@ -78,7 +79,7 @@ def test_vision_model_inference_equals_the_reference_path():
         with fast_paths(onednn_linear=False):
             reference = model(x)
             # the stem and stages on the NCHW input, as forward_features ran them on every device
-            h = model.pos_drop(model._add_pos_embed(model.stem(x)))
+            h = model.pos_drop(_add_pos_embed(model.stem(x), model.pos_embed, False, model.cfg.img_size))
             for s, stage in enumerate(model.stages):
                 h = stage(model.pools[s - 1](h) if s > 0 else h)
             nchw = model.forward_head(h)

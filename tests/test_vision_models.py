@@ -1,4 +1,6 @@
-"""SReT and recursive MLP-Mixer image models structure, counts, resolutions."""
+"""SReT and recursive MLP-Mixer image models structure, counts, resolutions, timm's model API."""
+
+import re
 
 import pytest
 import torch
@@ -182,15 +184,16 @@ def test_any_resolution_divisible_by_32():
     model = small_sret()
     with pytest.raises(ValueError, match="divisible by 32"):
         model(torch.randn(1, 3, 72, 72))
-    with pytest.raises(ValueError, match="built for 64x64"):
-        model(torch.randn(1, 3, 96, 96))
     with pytest.raises(ValueError, match=r"expected input \(B, 3, H, W\)"):
         model(torch.randn(1, 1, 64, 64))
+    assert model(torch.randn(1, 3, 96, 128)).shape == (1, 7)  # position embedding interpolated
+    with pytest.raises(ValueError, match="built for 64x64 with dynamic_img_size=False"):
+        small_sret(dynamic_img_size=False)(torch.randn(1, 3, 96, 96))
 
 
 def test_dynamic_img_size_interpolates_position_embedding():
     torch.manual_seed(0)
-    model = small_sret(dynamic_img_size=True).eval()
+    model = small_sret().eval()  # dynamic_img_size=True by default
     big = small_sret(img_size=96).eval()
     state = model.state_dict()
     state["pos_embed"] = nn.functional.interpolate(model.pos_embed, size=(12, 12), mode="bicubic", align_corners=False)
@@ -220,8 +223,10 @@ def test_timm_conventions():
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 3)
     model.reset_classifier(0)
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 64)
-    with pytest.raises(ValueError, match="average pooling"):
-        model.reset_classifier(3, global_pool="max")
+    with pytest.raises(ValueError, match="global_pool must be one of"):
+        model.reset_classifier(3, global_pool="catavgmax")
+    with pytest.raises(ValueError, match="global_pool must be one of"):
+        small_sret(global_pool="token")
 
 
 def test_gradient_checkpointing_gives_same_gradients():
@@ -296,3 +301,122 @@ def test_recursive_mixer_applies_each_layer_twice():
     assert torch.allclose(model(x), ref, atol=1e-5)
     with pytest.raises(ValueError, match="fixes the resolution"):
         model(torch.randn(1, 3, 64, 64))
+
+
+# --------------------------------------------------------------------------- timm's model API
+def small_mixer(**kw):
+    cfg = dict(img_size=32, patch_size=8, embed_dim=24, depth=3, token_mlp_dim=8, channel_mlp_dim=48, num_classes=5)
+    cfg.update(kw)
+    return RecursiveMixer(**cfg)
+
+
+def test_forward_intermediates_are_the_stage_outputs():
+    torch.manual_seed(0)
+    model = small_sret().eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        final, taps = model.forward_intermediates(x)
+        assert torch.equal(final, model.forward_features(x))
+        assert [tuple(t.shape) for t in taps] == [(2, 16, 8, 8), (2, 32, 4, 4), (2, 64, 2, 2)]
+        by_hand = model.stages[0](model._stem_forward(x))
+        assert torch.equal(taps[0], by_hand)
+        assert torch.equal(taps[1], model.stages[1](model.pools[0](by_hand)))
+        early, (first,) = model.forward_intermediates(x, indices=[0], stop_early=True)
+        assert torch.equal(early, taps[0]) and torch.equal(first, taps[0])
+        (last,) = model.forward_intermediates(x, indices=1, norm=True, output_fmt="NHWC", intermediates_only=True)
+        assert torch.equal(last, model.norm(taps[2].permute(0, 2, 3, 1)))
+        assert [t.shape[1] for t in model.forward_intermediates(x, indices=[-3, -1], intermediates_only=True)] == [16, 64]
+    assert [f["reduction"] for f in model.feature_info] == [8, 16, 32]
+    with pytest.raises(ValueError, match="intermediate indices"):
+        model.forward_intermediates(x, indices=[3])
+    with pytest.raises(ValueError, match="output_fmt"):
+        model.forward_intermediates(x, output_fmt="NLC")
+
+
+def test_prune_intermediate_layers_ends_the_features_at_the_last_tap():
+    torch.manual_seed(0)
+    model = small_sret().eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        taps = model.forward_intermediates(x, intermediates_only=True)
+        assert model.prune_intermediate_layers([-2]) == [1]
+        assert len(model.stages) == 2 and len(model.pools) == 1
+        assert isinstance(model.norm, nn.Identity) and isinstance(model.head, nn.Identity)
+        assert model.num_features == model.head_hidden_size == 32
+        assert torch.equal(model.forward_features(x), taps[1])
+        model.reset_classifier(4, "avg")
+        assert torch.equal(model.forward_head(model.forward_features(x), pre_logits=True), taps[1].mean(dim=(2, 3)))
+        assert model(x).shape == (2, 4)
+
+
+def test_global_pool_options():
+    torch.manual_seed(0)
+    model = small_sret(global_pool="").eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        features = model.forward_features(x)
+        per_position = model(x)  # the LayerNorm and the head at every position
+        assert per_position.shape == (2, 7, 2, 2)
+        assert torch.allclose(per_position, model.head(model.norm(features.permute(0, 2, 3, 1))).permute(0, 3, 1, 2))
+        model.reset_classifier(0, "max")
+        assert torch.equal(model(x), model.norm(features.amax(dim=(2, 3))))
+        model.reset_classifier(0, "avgmax")
+        assert torch.allclose(model(x), model.norm(0.5 * (features.mean(dim=(2, 3)) + features.amax(dim=(2, 3)))))
+        model.reset_classifier(3)  # None keeps the pooling
+        assert model.global_pool == "avgmax" and model(x).shape == (2, 3)
+        mixer = small_mixer(global_pool="").eval()
+        assert mixer(torch.randn(2, 3, 32, 32)).shape == (2, 16, 5)
+
+
+def test_device_and_dtype_at_construction_and_in_a_new_head():
+    model = small_sret(device="meta", dtype=torch.float64)
+    assert {(p.device.type, p.dtype) for p in model.parameters()} == {("meta", torch.float64)}
+    assert all(b.device.type == "meta" for b in model.buffers())
+    model.eval()
+    model.reset_classifier(3)
+    assert (model.head.weight.device.type, model.head.weight.dtype, model.head.training) == ("meta", torch.float64, False)
+    mixer = small_mixer(device="meta", dtype=torch.bfloat16)
+    assert {(p.device.type, p.dtype) for p in mixer.parameters()} == {("meta", torch.bfloat16)}
+
+
+def test_group_matcher_patterns():
+    model = small_sret()
+    matcher = model.group_matcher()
+    stem, blocks = re.compile(matcher["stem"]), matcher["blocks"]
+    assert stem.match("stem.0.conv.weight") and stem.match("pos_embed")
+    block = re.compile(blocks[0][0])
+    assert block.match("stages.1.blocks.0.nlls.1.mlp.fc1.weight").groups() == ("1", "0")
+    assert re.compile(blocks[1][0]).match("pools.0.conv.weight").groups() == ("0",)
+    assert re.compile(model.group_matcher(coarse=True)["blocks"]).match("pools.1.conv.bias").groups() == ("1",)
+
+
+@pytest.mark.parametrize("build", [lambda: small_sret(groups=((2, 2), (1, 1), (1, 1)), drop_path_rate=0.1),
+                                   lambda: small_mixer(drop_path_rate=0.1)])
+def test_fx_graph_runs_the_same_code_as_eager(build, monkeypatch):
+    torch.manual_seed(0)
+    model = build().eval()
+    x = torch.randn(2, 3, *model.cfg.img_size)
+    graph = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        assert torch.equal(graph(x), model(x))
+    model.train()  # random partitions, drop path: the same draws with the same seed
+    graph = torch.fx.symbolic_trace(model)
+    torch.manual_seed(1)
+    expected = model(x)
+    torch.manual_seed(1)
+    got = graph(x)
+    assert torch.equal(got, expected)
+    got.sum().backward()
+    assert all(p.grad is not None for p in graph.parameters())
+    # the graph decides at run time what eager mode decides: checks, oneDNN's linear
+    from fairseq_sret.core import linear
+
+    decided = []
+    original = linear._use_onednn
+    monkeypatch.setattr(linear, "_use_onednn", lambda *a: decided.append(1) or original(*a))
+    graph.eval()
+    with torch.no_grad():
+        graph(x)
+    assert decided
+    with pytest.raises(ValueError, match="expected input"):
+        graph(torch.randn(1, 1, *model.cfg.img_size))

@@ -1,16 +1,12 @@
-"""Vision registry: timm registration and import without fairseq."""
+"""Vision registry: pretrained configs, no timm registration without timm, import without fairseq."""
 
 import os
 import subprocess
 import sys
-import types
-from collections import defaultdict
 
 import pytest
-import torch
 
-from fairseq_sret.vision import SReT, list_models, register_with_timm
-from fairseq_sret.vision.factory import TIMM_MODULE
+from fairseq_sret.vision import create_model, list_models, register_with_timm
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -19,49 +15,17 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def fake_timm():
-    """The parts of timm's registry that registration and timm.create_model use."""
-    timm = types.ModuleType("timm")
-    models = types.ModuleType("timm.models")
-    entrypoints, module_to_models = {}, defaultdict(set)
-
-    def register_model(fn):  # as timm.models._registry.register_model
-        mod = sys.modules[fn.__module__]
-        mod.__all__ = getattr(mod, "__all__", []) + [fn.__name__]
-        entrypoints[fn.__name__] = fn
-        module_to_models[fn.__module__.split(".")[-1]].add(fn.__name__)
-        return fn
-
-    def create_model(model_name, pretrained=False, pretrained_cfg=None, pretrained_cfg_overlay=None, **kwargs):
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}  # as timm does
-        return entrypoints[model_name](
-            pretrained=pretrained, pretrained_cfg=pretrained_cfg, pretrained_cfg_overlay=pretrained_cfg_overlay, **kwargs
-        )
-
-    models.register_model = register_model
-    models.is_model = lambda name: name in entrypoints
-    models.create_model = timm.create_model = create_model
-    models.entrypoints = entrypoints
-    timm.models = models
-    return timm
-
-
-def test_models_register_with_timm(monkeypatch):
-    timm = fake_timm()
-    monkeypatch.setitem(sys.modules, "timm", timm)
-    monkeypatch.setitem(sys.modules, "timm.models", timm.models)
-    monkeypatch.setitem(sys.modules, TIMM_MODULE, types.ModuleType(TIMM_MODULE))
-    assert register_with_timm()
-    assert set(timm.models.entrypoints) == set(list_models())
-    model = timm.create_model("sret_t", num_classes=5, img_size=64, drop_rate=None)
-    assert isinstance(model, SReT) and model.cfg.num_classes == 5
-    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 5)
-    with pytest.raises(ValueError, match="checkpoint_path"):
-        timm.create_model("sret_t", pretrained=True)
-    # a second call does not register twice
-    before = dict(timm.models.entrypoints)
-    assert register_with_timm()
-    assert timm.models.entrypoints == before
+def test_every_model_has_its_pretrained_config():
+    for name in list_models():
+        cfg = create_model(name, device="meta").pretrained_cfg
+        assert cfg["architecture"] == name
+        size = 512 if name.endswith("_512") else 384 if name.endswith("_384") else 224
+        assert cfg["input_size"] == (3, size, size)
+        assert cfg["crop_pct"] == (0.875 if size == 224 else 1.0)
+        assert cfg["first_conv"] in ("stem.0.conv", "stem") and cfg["classifier"] == "head"
+        assert cfg["fixed_input_size"] == name.endswith("mixer_b16")
+    assert create_model("sret_t").default_cfg["notes"] == ("official ImageNet-1k weights: SReT_T",)
+    assert "notes" not in create_model("sret_b", device="meta").pretrained_cfg
 
 
 def test_no_timm_means_no_registration(monkeypatch):

@@ -7,6 +7,7 @@ incremental cache, and cross-attention) and the vision models.
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -210,12 +211,15 @@ class SlicedGroupAttention(nn.Module):
             raise ValueError("memory is only used by cross-attention modules")
         if cache is not None:
             return self._forward_incremental(x, key_padding_mask, step, cache)
+        return _self_attention(self, x, key_padding_mask, step.groups, step.partition)
 
+    def _forward_self(self, x: Tensor, key_padding_mask: Optional[Tensor], groups: int, partition: str) -> Tensor:
+        """Self-attention of x (B, L, C) without a cache, ``groups`` groups in ``partition`` mode."""
         batch, length, _ = x.shape
-        groups = min(step.groups, length)
+        groups = min(groups, length)
         qkv = linear(x, self.qkv)
         if groups > 1:
-            return linear(self._forward_grouped(qkv, key_padding_mask, step.partition, groups), self.out_proj)
+            return linear(self._forward_grouped(qkv, key_padding_mask, partition, groups), self.out_proj)
         # (B, L, 3C) -> 3 x (B, H, L, d): the same views as chunk + per-head views, in fewer
         # operations (forward and backward; the projections dominate only for long inputs)
         q, k, v = qkv.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
@@ -410,6 +414,19 @@ class SlicedGroupAttention(nn.Module):
         q = self._project_q(x)
         out = self._attend(q, k, v, mask, is_causal=False, every_row_has_key=every_row_has_key)
         return linear(self._merge_heads(out), self.out_proj)
+
+
+def _self_attention(
+    module: SlicedGroupAttention, x: Tensor, key_padding_mask: Optional[Tensor], groups: int, partition: str
+) -> Tensor:
+    """``module``'s self-attention of ``x`` without a cache. A function, so that a ``torch.fx``
+    trace records it as one call (``torch.fx.wrap`` below): how the groups are packed depends
+    on the sequence length, which a symbolic trace does not know; the graph decides it when it
+    runs, exactly as eager mode does."""
+    return module._forward_self(x, key_padding_mask, groups, partition)
+
+
+torch.fx.wrap("_self_attention")
 
 
 def reorder_cache(cache: AttentionCache, new_order: Tensor) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 import torch
+import torch.fx
 
 FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE = "auto", "on", "off", "force"
 FUSED_MODES = (FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE)
@@ -78,6 +79,14 @@ def is_compiling() -> bool:
     values are unknown, so nothing may be read from a tensor, and paths that pay off only
     in eager mode give way to what the compiler fuses itself."""
     return torch.compiler.is_compiling()
+
+
+def is_fx_tracing() -> bool:
+    """True while ``torch.fx`` symbolically traces a module (timm's and torchvision's feature
+    extraction, ``torch.fx.symbolic_trace``): tensors are proxies without a shape, device or
+    value, so no Python decision may read one. Code that must decide on them is a function
+    that the trace records as one call (``torch.fx.wrap``) and that decides when the graph runs."""
+    return torch.fx._symbolic_trace.is_fx_symbolic_tracing()
 
 
 def is_exporting() -> bool:

@@ -2,11 +2,16 @@
 
 from typing import Callable, Optional, Tuple, Union
 
+import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .linear import FUSABLE_ACTIVATIONS, linear
 from .residual import LearnableResidual
+
+# A torch.fx trace records each layer as one call to ``linear``, which picks oneDNN or PyTorch
+# when the graph runs (its choice reads the input's size, unknown to a symbolic trace).
+torch.fx.wrap("linear")
 
 ACTIVATIONS = {
     "relu": F.relu,

@@ -43,6 +43,7 @@ from torch.nn.modules import module as _hooks
 
 from .config import (
     FUSED_AUTO, FUSED_FORCE, FUSED_OFF, get_fast_paths, is_capturing_cuda_graph, is_compiling, is_exporting,
+    is_fx_tracing,
 )
 
 Scale = Union[None, float, Tensor]
@@ -224,7 +225,11 @@ def _use_triton(x: Tensor, y: Tensor, norm: Optional[nn.LayerNorm] = None) -> bo
 def fused_kernels_active(x: Tensor) -> bool:
     """Whether :func:`lrc_add_norm` can use the Triton kernel for tensors like ``x`` (device,
     mode, Triton); callers that must restructure to use it (chaining LayerNorms across
-    modules) ask first and keep their plain code path otherwise."""
+    modules) ask first and keep their plain code path otherwise. False while ``torch.fx``
+    traces: a graph fixes the structure before it knows the device (its residuals still pick
+    their kernel when it runs, see :class:`~fairseq_sret.core.LearnableResidual`)."""
+    if is_fx_tracing():
+        return False
     return _use_triton(x, x)
 
 

@@ -6,6 +6,7 @@ import torch.utils.checkpoint
 from torch import Tensor, nn
 
 from .attention import reorder_cache
+from .config import is_fx_tracing
 from .fused import fused_kernels_active
 from .schedule import RecursionSchedule, RecursionStep, check_depth
 
@@ -29,7 +30,8 @@ class Recursive(nn.Module):
 
     With ``checkpoint=True`` each application is recomputed in the backward pass
     (activation checkpointing), so training memory grows with one application's
-    activations instead of all of them.
+    activations instead of all of them (not in a ``torch.fx`` graph, which records the
+    applications themselves).
     """
 
     def __init__(
@@ -92,7 +94,7 @@ class Recursive(nn.Module):
             return self._forward_chained(x, caches, args, kwargs)
         for step in self.schedule.running():
             cache = None if caches is None else caches[step.index]
-            if self.checkpoint and self.training and cache is None and x.requires_grad:
+            if self.checkpoint and self.training and cache is None and not is_fx_tracing() and x.requires_grad:
                 x = torch.utils.checkpoint.checkpoint(
                     self._apply_once, x, step, None, args, kwargs, use_reentrant=False
                 )

@@ -3,9 +3,15 @@
 from typing import Tuple
 
 import torch
+import torch.fx
 from torch import Tensor, nn
 
 from .fused import lrc_add, lrc_add_norm
+
+# A torch.fx trace records each residual as one call to these functions: they pick the Triton
+# kernel or PyTorch's addcmul (with its lean backward) when the graph runs.
+torch.fx.wrap("lrc_add")
+torch.fx.wrap("lrc_add_norm")
 
 
 class LearnableResidual(nn.Module):

@@ -4,8 +4,9 @@
     model = create_model("sret_t")                       # SReT-T, 4.76M params, 1.11G MACs
     load_checkpoint(model, "SReT_T.pth")                 # official or our checkpoints
 
-Importing this package registers the models with timm when timm is installed, so
-``timm.create_model("sret_t")`` works after ``import fairseq_sret.vision``.
+Importing this package registers the models with timm when timm is installed: after
+``import fairseq_sret.vision`` they are timm models (``timm.create_model("sret_t")``, pretrained
+configs, ``features_only=True``, timm's scripts; docs/vision.md).
 """
 
 from . import mixer, sret  # noqa: F401  (register the models)
@@ -16,7 +17,7 @@ from .losses import SoftDistillationLoss, soft_distillation_loss
 from .mixer import MixerConfig, RecursiveMixer
 from .registry import is_model, list_models, register_model
 from .sret import GLOBAL_GROUPS, SLICED_GROUPS, SReT, SReTConfig, resize_pos_embed
-from .weights import convert_official_state_dict, load_checkpoint, save_checkpoint
+from .weights import checkpoint_filter_fn, convert_official_state_dict, load_checkpoint, save_checkpoint
 
 register_with_timm()
 
@@ -29,6 +30,7 @@ __all__ = [
     "SReTConfig",
     "SoftDistillationLoss",
     "check_onnx",
+    "checkpoint_filter_fn",
     "convert_official_state_dict",
     "count_macs",
     "count_params",

@@ -13,14 +13,16 @@ Recursion comes from :class:`fairseq_sret.core.Recursive`, the residuals from
 """
 
 from dataclasses import dataclass, field, replace
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.fx
 from torch import Tensor, nn
 
 from ..core import DropPath, FeedForward, LearnableResidual, NonLinearProjection, Recursive
 from ..core.depth import DepthControl
-from .registry import register_model
+from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
+from .registry import image_cfg, register_model
 
 Size = Union[int, Tuple[int, int]]
 
@@ -43,6 +45,10 @@ class MixerConfig:
     norm_eps: float = 1e-6
     drop_rate: float = 0.0
     drop_path_rate: float = 0.0
+    global_pool: str = field(
+        default="avg", metadata={"help": "token pooling before the head: avg (the paper's), max, avgmax,"
+                                         " or '' (none: the head is applied to every token)"},
+    )
 
 
 class MixerLayer(nn.Module):
@@ -79,86 +85,146 @@ class MixerLayer(nn.Module):
         return self.channel_residual(x, self.drop_path(self.dropout(mixed)))
 
 
-class RecursiveMixer(DepthControl, nn.Module):
-    """MLP-Mixer whose layers are each applied ``recursions`` times. (B, 3, H, W) -> (B, classes)."""
+class RecursiveMixer(ClassifierConventions, DepthControl, nn.Module):
+    """MLP-Mixer whose layers are each applied ``recursions`` times. (B, 3, H, W) -> (B, classes).
 
-    def __init__(self, cfg: Optional[MixerConfig] = None, **kwargs):
+    A timm model like :class:`~fairseq_sret.vision.SReT` (``docs/vision.md``); its
+    intermediates are the outputs of the shared layers (after their last application), as
+    maps (B, C, H/16, W/16). The token-mixing MLP fixes the input size.
+    """
+
+    def __init__(
+        self, cfg: Optional[MixerConfig] = None, *, device: Optional[Union[str, torch.device]] = None,
+        dtype: Optional[torch.dtype] = None, **kwargs,
+    ):
         super().__init__()
         cfg = replace(cfg or MixerConfig(), **kwargs)
         size = (cfg.img_size, cfg.img_size) if isinstance(cfg.img_size, int) else tuple(cfg.img_size)
         if size[0] % cfg.patch_size or size[1] % cfg.patch_size:
             raise ValueError(f"img_size {size} must be divisible by patch_size {cfg.patch_size}")
-        cfg = replace(cfg, img_size=size)
+        cfg = replace(cfg, img_size=size, global_pool=check_global_pool(cfg.global_pool))
         self.cfg = cfg
         self.grid = (size[0] // cfg.patch_size, size[1] // cfg.patch_size)
         seq_len = self.grid[0] * self.grid[1]
+        self.in_chans = cfg.in_chans
         self.num_classes = cfg.num_classes
-        self.num_features = self.embed_dim = cfg.embed_dim
-        self.stem = nn.Conv2d(cfg.in_chans, cfg.embed_dim, cfg.patch_size, stride=cfg.patch_size)
+        self.global_pool = cfg.global_pool
+        self.num_features = self.head_hidden_size = self.embed_dim = cfg.embed_dim
+        self.feature_info = [
+            dict(num_chs=cfg.embed_dim, reduction=cfg.patch_size, module=f"blocks.{i}") for i in range(cfg.depth)
+        ]
         make_nll = None
         if cfg.nll_ratio is not None:
             def make_nll(_recursion):
                 return NonLinearProjection(cfg.embed_dim, cfg.nll_ratio, lrc=cfg.lrc, norm_eps=cfg.norm_eps)
-        self.blocks = nn.ModuleList(
-            Recursive(
-                MixerLayer(
-                    cfg.embed_dim, seq_len, cfg.token_mlp_dim, cfg.channel_mlp_dim, lrc=cfg.lrc,
-                    norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate,
-                    drop_path=cfg.drop_path_rate * i / max(cfg.depth - 1, 1),
-                ),
-                cfg.recursions,
-                make_nll=make_nll,
+        with build_on(device):
+            self.stem = nn.Conv2d(cfg.in_chans, cfg.embed_dim, cfg.patch_size, stride=cfg.patch_size)
+            self.blocks = nn.ModuleList(
+                Recursive(
+                    MixerLayer(
+                        cfg.embed_dim, seq_len, cfg.token_mlp_dim, cfg.channel_mlp_dim, lrc=cfg.lrc,
+                        norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate,
+                        drop_path=cfg.drop_path_rate * i / max(cfg.depth - 1, 1),
+                    ),
+                    cfg.recursions,
+                    make_nll=make_nll,
+                )
+                for i in range(cfg.depth)
             )
-            for i in range(cfg.depth)
-        )
-        self.norm = nn.LayerNorm(cfg.embed_dim, eps=cfg.norm_eps)
-        self.head = nn.Linear(cfg.embed_dim, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+            self.norm = nn.LayerNorm(cfg.embed_dim, eps=cfg.norm_eps)
+            self.head = nn.Linear(cfg.embed_dim, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        if dtype is not None:
+            self.to(dtype=dtype)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set:
         return set()
 
-    def get_classifier(self) -> nn.Module:
-        return self.head
-
-    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
-        if global_pool not in (None, "", "avg"):
-            raise ValueError(f"the Mixer only supports average pooling, got global_pool={global_pool!r}")
-        self.num_classes = num_classes
-        self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
-
     @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        for block in self.blocks:
-            block.checkpoint = enable
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """Parameter groups in depth order (layer-wise learning-rate decay): the stem, each shared
+        layer, the final norm with the last layer; the head last."""
+        return dict(stem=r"^stem", blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))])
+
+    def _tokens(self, x: Tensor) -> Tensor:
+        return self.stem(_check_input(x, self.cfg.in_chans, self.cfg.img_size)).flatten(2).transpose(1, 2)
 
     def forward_features(self, x: Tensor) -> Tensor:
         """(B, in_chans, H, W) -> normalised tokens (B, S, C)."""
-        if x.dim() != 4 or tuple(x.shape[1:]) != (self.cfg.in_chans, *self.cfg.img_size):
-            raise ValueError(
-                f"expected input (B, {self.cfg.in_chans}, {self.cfg.img_size[0]}, {self.cfg.img_size[1]})"
-                f" (the token-mixing MLP fixes the resolution), got {tuple(x.shape)}"
-            )
-        x = self.stem(x).flatten(2).transpose(1, 2)
+        x = self._tokens(x)
         for block in self.blocks:
             x = block(x)
         return self.norm(x)
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
-        x = x.mean(dim=1)
+        """Tokens (B, S, C) -> pooled (B, C) -> head; with ``global_pool=''`` per token (B, S, ...)."""
+        if self.global_pool:
+            x = pool_features(x, self.global_pool, (1,))
         return x if pre_logits else self.head(x)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))
 
+    def forward_intermediates(
+        self, x: Tensor, indices: Union[None, int, Sequence[int]] = None, norm: bool = False,
+        stop_early: bool = False, output_fmt: str = "NCHW", intermediates_only: bool = False,
+    ) -> Union[List[Tensor], Tuple[Tensor, List[Tensor]]]:
+        """``forward_features`` that also returns the outputs of the shared layers ``indices``
+        (None: all, an int n: the last n, or a sequence) as maps (``NCHW`` or ``NHWC``);
+        ``norm``: through the final LayerNorm; ``stop_early``: no layer after the last one
+        returned. Returns the intermediates, or (final normalised tokens, intermediates)."""
+        if output_fmt not in ("NCHW", "NHWC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        take, last_taken = feature_take_indices(len(self.blocks), indices)
+        intermediates = []
+        x = self._tokens(x)
+        for i, block in enumerate(self.blocks[: last_taken + 1] if stop_early else self.blocks):
+            x = block(x)
+            if i in take:
+                feature = (self.norm(x) if norm else x).unflatten(1, self.grid)  # (B, h, w, C)
+                intermediates.append(feature if output_fmt == "NHWC" else feature.permute(0, 3, 1, 2))
+        return intermediates if intermediates_only else (self.norm(x), intermediates)
 
-@register_model
+    def prune_intermediate_layers(
+        self, indices: Union[int, Sequence[int]] = 1, prune_norm: bool = False, prune_head: bool = True,
+    ) -> List[int]:
+        """Remove the layers after the last of ``indices`` (and the head, the final LayerNorm if
+        asked: timm's API for backbones); returns the indices as absolute layer numbers."""
+        take, last_taken = feature_take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[: last_taken + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, "")
+        return take
+
+
+def _check_input(x: Tensor, in_chans: int, img_size: Tuple[int, int]) -> Tensor:
+    if x.dim() != 4 or tuple(x.shape[1:]) != (in_chans, *img_size):
+        raise ValueError(
+            f"expected input (B, {in_chans}, {img_size[0]}, {img_size[1]})"
+            f" (the token-mixing MLP fixes the resolution), got {tuple(x.shape)}"
+        )
+    return x
+
+
+# a torch.fx trace records the check as a call, made when the graph runs
+torch.fx.wrap("_check_input")
+
+
+def _cfg(paper_name: str, paper_ids: str) -> dict:
+    """The pretrained config of the Mixers: 224 pixels (fixed), ImageNet normalisation."""
+    return image_cfg(224, pool_size=(14, 14), first_conv="stem", classifier="head", fixed_input_size=True,
+                     license="mit", paper_name=paper_name, paper_ids=paper_ids)
+
+
+@register_model(pretrained_cfg=_cfg("MLP-Mixer: An all-MLP Architecture for Vision", "arXiv:2105.01601"))
 def mixer_b16(**kwargs) -> RecursiveMixer:
     """Mixer-B/16 baseline: 12 layers applied once, plain residuals (59.9M parameters)."""
     return RecursiveMixer(**{**dict(recursions=1, lrc=False), **kwargs})
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg("Sliced Recursive Transformer", "arXiv:2111.05297"))
 def recursive_mixer_b16(**kwargs) -> RecursiveMixer:
     """Mixer-B/16 + recursion + LRC (the paper's all-MLP SReT): each of the 12 layers applied twice."""
     return RecursiveMixer(**{**dict(recursions=2, lrc=True), **kwargs})

@@ -15,13 +15,15 @@ from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock
 from ..core.depth import DepthControl
 from ..core.linear import no_forward_hooks
-from .registry import register_model
+from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
+from .registry import image_cfg, register_model
 
 Size = Union[int, Tuple[int, int]]
 
@@ -72,8 +74,13 @@ class SReTConfig:
     attn_drop_rate: float = 0.0
     drop_path_rate: float = field(default=0.1, metadata={"help": "stochastic depth (see _drop_path_rates)"})
     dynamic_img_size: bool = field(
-        default=False,
-        metadata={"help": "accept inputs of another size by interpolating the position embedding"},
+        default=True,
+        metadata={"help": "accept inputs of another size (sides divisible by 32) by interpolating the"
+                          " position embedding (bicubic); False: only img_size"},
+    )
+    global_pool: str = field(
+        default="avg", metadata={"help": "pooling before the head: avg (the paper's), max, avgmax, or ''"
+                                         " (none: the head is applied at every position)"},
     )
 
     @property
@@ -103,6 +110,7 @@ class SReTConfig:
         for size in _pair(self.img_size):
             if size % self.stride != 0:
                 raise ValueError(f"img_size {self.img_size} must be divisible by {self.stride}")
+        check_global_pool(self.global_pool)
 
 
 class ConvBNReLU(nn.Sequential):
@@ -189,16 +197,56 @@ class RecursiveStage(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        b, c, h, w = x.shape
-        channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
         # Tokens (B, HW, C), made contiguous once here: a transposed view would make every
         # LayerNorm copy its input and every residual sum run on strided memory. Free for a
         # channels-last input, whose memory already is (B, H, W, C).
-        x = x.flatten(2).transpose(1, 2).contiguous()
+        tokens = x.flatten(2).transpose(1, 2).contiguous()
         for block in self.blocks:
-            x = block(x)
-        x = x.transpose(1, 2).reshape(b, c, h, w)  # a channels-last view
-        return x if channels_last else x.contiguous()
+            tokens = block(tokens)
+        return _tokens_to_map(tokens, x)
+
+
+def _tokens_to_map(tokens: Tensor, like: Tensor) -> Tensor:
+    """Tokens (B, HW, C) -> a map shaped and laid out in memory like ``like`` (B, C, H, W)."""
+    x = tokens.transpose(1, 2).reshape(like.shape)  # a channels-last view
+    channels_last = like.is_contiguous(memory_format=torch.channels_last) and not like.is_contiguous()
+    return x if channels_last else x.contiguous()
+
+
+def _prepare_input(x: Tensor, in_chans: int, stride: int) -> Tensor:
+    """Check an image batch (B, in_chans, H, W), H and W divisible by ``stride``; on the CPU in
+    channels-last memory."""
+    if x.dim() != 4 or x.size(1) != in_chans:
+        raise ValueError(f"expected input (B, {in_chans}, H, W), got {tuple(x.shape)}")
+    if x.size(2) % stride or x.size(3) % stride:
+        raise ValueError(f"input height and width must be divisible by {stride}, got {tuple(x.shape[-2:])}")
+    if x.device.type == "cpu":
+        # oneDNN's convolutions run several times faster on channels-last input (the
+        # stem's first, 3-channel convolution about 5x at 224 px), and the stages then
+        # read their tokens, (B, H, W, C) in memory, without a copy
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def _add_pos_embed(x: Tensor, pos_embed: Tensor, dynamic: bool, img_size: Tuple[int, int]) -> Tensor:
+    """The stem's map (B, C, h, w) plus the position embedding, interpolated to (h, w) if needed."""
+    grid = tuple(x.shape[-2:])
+    if grid != tuple(pos_embed.shape[-2:]):
+        if not dynamic:
+            raise ValueError(
+                f"input of {grid[0] * 8}x{grid[1] * 8} pixels, but the model was built for"
+                f" {img_size[0]}x{img_size[1]} with dynamic_img_size=False; build it with img_size=..."
+                " (load_checkpoint interpolates the position embedding) or dynamic_img_size=True"
+            )
+        pos_embed = resize_pos_embed(pos_embed, grid)
+    return x + pos_embed
+
+
+# A torch.fx trace records these as calls: they decide on shapes, memory layout and device,
+# which a symbolic trace does not know; the graph decides when it runs, as eager mode does.
+torch.fx.wrap("_tokens_to_map")
+torch.fx.wrap("_prepare_input")
+torch.fx.wrap("_add_pos_embed")
 
 
 def _drop_path_rates(cfg: SReTConfig) -> List[List[float]]:
@@ -223,14 +271,26 @@ def resize_pos_embed(pos_embed: Tensor, size: Tuple[int, int]) -> Tensor:
     return F.interpolate(pos_embed, size=size, mode="bicubic", align_corners=False)
 
 
-class SReT(DepthControl, nn.Module):
+class SReT(ClassifierConventions, DepthControl, nn.Module):
     """Sliced Recursive Transformer for image classification.
 
     Build with a :class:`SReTConfig` and/or keyword overrides of its fields, or use the
     registered constructors (``create_model("sret_t")``). (B, 3, H, W) -> (B, num_classes).
+    ``device`` / ``dtype``: where and in which floating-point type the parameters live (the
+    tensors are created on ``device``).
+
+    A timm model (``docs/vision.md``): ``forward_features`` / ``forward_head``,
+    ``reset_classifier``, ``group_matcher``, ``no_weight_decay``, ``set_grad_checkpointing``,
+    ``feature_info``, ``forward_intermediates`` and ``prune_intermediate_layers``. Its
+    intermediates are the outputs of the three stages (strides 8, 16, 32): inside a stage every
+    application of a shared block keeps the resolution and width, so the stage's last
+    application is the one feature a stage contributes.
     """
 
-    def __init__(self, cfg: Optional[SReTConfig] = None, **kwargs):
+    def __init__(
+        self, cfg: Optional[SReTConfig] = None, *, device: Optional[Union[str, torch.device]] = None,
+        dtype: Optional[torch.dtype] = None, **kwargs,
+    ):
         super().__init__()
         cfg = replace(cfg or SReTConfig(), **kwargs)
         cfg = replace(
@@ -243,80 +303,73 @@ class SReT(DepthControl, nn.Module):
         schedules = cfg.schedules()
         cfg = replace(cfg, groups=tuple(s.groups for s in schedules), partition=schedules[0].partitions)
         self.cfg = cfg
+        self.in_chans = cfg.in_chans
         self.num_classes = cfg.num_classes
-        self.num_features = self.embed_dim = cfg.embed_dims[-1]
+        self.global_pool = cfg.global_pool
+        self.dynamic_img_size = cfg.dynamic_img_size
+        self.num_features = self.head_hidden_size = self.embed_dim = cfg.embed_dims[-1]
+        self.feature_info = [
+            dict(num_chs=dim, reduction=8 * 2 ** s, module=f"stages.{s}") for s, dim in enumerate(cfg.embed_dims)
+        ]
         dim0 = cfg.embed_dims[0]
         stem_dims = cfg.stem_dims or (dim0 // 2, dim0, dim0)
         if stem_dims[-1] != dim0:
             raise ValueError(f"the stem must end at embed_dims[0]={dim0}, got {stem_dims}")
 
-        self.stem = ConvStem(cfg.in_chans, stem_dims)
-        grid = tuple(s // 8 for s in cfg.img_size)
-        self.pos_embed = nn.Parameter(torch.zeros(1, dim0, *grid))
-        self.pos_drop = nn.Dropout(cfg.drop_rate)
-        drop_paths = _drop_path_rates(cfg)
-        self.stages = nn.ModuleList(
-            RecursiveStage(
-                cfg.embed_dims[s], cfg.num_heads[s], cfg.blocks[s], schedules[s],
-                cfg.mlp_ratio, cfg.nll_ratio, drop_paths[s], lrc=cfg.lrc,
-                norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate, attn_drop_rate=cfg.attn_drop_rate,
+        with build_on(device):
+            self.stem = ConvStem(cfg.in_chans, stem_dims)
+            grid = tuple(s // 8 for s in cfg.img_size)
+            self.pos_embed = nn.Parameter(torch.zeros(1, dim0, *grid))
+            self.pos_drop = nn.Dropout(cfg.drop_rate)
+            drop_paths = _drop_path_rates(cfg)
+            self.stages = nn.ModuleList(
+                RecursiveStage(
+                    cfg.embed_dims[s], cfg.num_heads[s], cfg.blocks[s], schedules[s],
+                    cfg.mlp_ratio, cfg.nll_ratio, drop_paths[s], lrc=cfg.lrc,
+                    norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate, attn_drop_rate=cfg.attn_drop_rate,
+                )
+                for s in range(len(cfg.embed_dims))
             )
-            for s in range(len(cfg.embed_dims))
-        )
-        self.pools = nn.ModuleList(
-            ConvPooling(a, b) for a, b in zip(cfg.embed_dims, cfg.embed_dims[1:])
-        )
-        self.norm = nn.LayerNorm(self.num_features, eps=cfg.norm_eps)
-        self.head = nn.Linear(self.num_features, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+            self.pools = nn.ModuleList(
+                ConvPooling(a, b) for a, b in zip(cfg.embed_dims, cfg.embed_dims[1:])
+            )
+            self.norm = nn.LayerNorm(self.num_features, eps=cfg.norm_eps)
+            self.head = nn.Linear(self.num_features, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if dtype is not None:
+            self.to(dtype=dtype)
 
     # -------------------------------------------------------------- timm conventions
     @torch.jit.ignore
     def no_weight_decay(self) -> set:
         return {"pos_embed"}
 
-    def get_classifier(self) -> nn.Module:
-        return self.head
-
-    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
-        if global_pool not in (None, "", "avg"):
-            raise ValueError(f"SReT only supports average pooling, got global_pool={global_pool!r}")
-        self.num_classes = num_classes
-        self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
-
     @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        """Recompute each block application in the backward pass to save memory."""
-        for stage in self.stages:
-            for block in stage.blocks:
-                block.checkpoint = enable
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """Parameter groups in depth order for layer-wise learning-rate decay: the stem and the
+        position embedding, then each shared block with its NLLs (coarse: each stage), the
+        pooling after a stage with that stage's last block; the head's norm and linear last."""
+        return dict(
+            stem=r"^stem|^pos_embed",
+            blocks=r"^(?:stages|pools)\.(\d+)" if coarse else [
+                (r"^stages\.(\d+)\.blocks\.(\d+)", None),
+                (r"^pools\.(\d+)", (99999,)),  # timm's MATCH_PREV_GROUP: with the block before
+            ],
+        )
+
+    @property
+    def reduction(self) -> int:
+        """Down-sampling from the input to the last stage's map."""
+        return self.feature_info[len(self.stages) - 1]["reduction"]
 
     # -------------------------------------------------------------- forward
-    def _add_pos_embed(self, x: Tensor) -> Tensor:
-        grid = tuple(x.shape[-2:])
-        pos_embed = self.pos_embed
-        if grid != tuple(pos_embed.shape[-2:]):
-            if not self.cfg.dynamic_img_size:
-                raise ValueError(
-                    f"input of {grid[0] * 8}x{grid[1] * 8} pixels, but the model was built for"
-                    f" {self.cfg.img_size[0]}x{self.cfg.img_size[1]}; build it with img_size=..."
-                    " (load_checkpoint interpolates the position embedding) or dynamic_img_size=True"
-                )
-            pos_embed = resize_pos_embed(pos_embed, grid)
-        return x + pos_embed
+    def _stem_forward(self, x: Tensor) -> Tensor:
+        x = self.stem(_prepare_input(x, self.in_chans, self.reduction))
+        return self.pos_drop(_add_pos_embed(x, self.pos_embed, self.dynamic_img_size, self.cfg.img_size))
 
     def forward_features(self, x: Tensor) -> Tensor:
         """(B, in_chans, H, W) -> last-stage feature map (B, C, H/32, W/32)."""
-        if x.dim() != 4 or x.size(1) != self.cfg.in_chans:
-            raise ValueError(f"expected input (B, {self.cfg.in_chans}, H, W), got {tuple(x.shape)}")
-        if x.size(2) % self.cfg.stride or x.size(3) % self.cfg.stride:
-            raise ValueError(f"input height and width must be divisible by {self.cfg.stride}, got {tuple(x.shape[-2:])}")
-        if x.device.type == "cpu":
-            # oneDNN's convolutions run several times faster on channels-last input (the
-            # stem's first, 3-channel convolution about 5x at 224 px), and the stages then
-            # read their tokens, (B, H, W, C) in memory, without a copy
-            x = x.contiguous(memory_format=torch.channels_last)
-        x = self.pos_drop(self._add_pos_embed(self.stem(x)))
+        x = self._stem_forward(x)
         for s, stage in enumerate(self.stages):
             if s > 0:
                 x = self.pools[s - 1](x)
@@ -324,12 +377,64 @@ class SReT(DepthControl, nn.Module):
         return x
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
-        """Feature map -> global average pool -> LayerNorm -> head."""
-        x = self.norm(x.mean(dim=(2, 3)))
+        """Feature map (B, C, h, w) -> global pooling -> LayerNorm -> head: (B, num_classes), or
+        (B, C) with ``pre_logits``. With ``global_pool=''`` the LayerNorm and the head apply at
+        every position: (B, num_classes or C, h, w)."""
+        if not self.global_pool:
+            x = self.norm(x.permute(0, 2, 3, 1))
+            return (x if pre_logits else self.head(x)).permute(0, 3, 1, 2)
+        x = self.norm(pool_features(x, self.global_pool, (2, 3)))
         return x if pre_logits else self.head(x)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))
+
+    # -------------------------------------------------------------- intermediates
+    def forward_intermediates(
+        self, x: Tensor, indices: Union[None, int, Sequence[int]] = None, norm: bool = False,
+        stop_early: bool = False, output_fmt: str = "NCHW", intermediates_only: bool = False,
+    ) -> Union[List[Tensor], Tuple[Tensor, List[Tensor]]]:
+        """``forward_features`` that also returns stage outputs (timm's API).
+
+        ``indices``: the stages to return (None: all, an int n: the last n, or a sequence);
+        ``norm``: the last stage's map through the model's LayerNorm at every position (the
+        only stage of its width); ``stop_early``: run no stage after the last one returned;
+        ``output_fmt``: ``NCHW`` or ``NHWC``. Returns the intermediates, or (final features,
+        intermediates); the final features are ``forward_features(x)`` unless stopped early.
+        """
+        if output_fmt not in ("NCHW", "NHWC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        take, last_taken = feature_take_indices(len(self.stages), indices)
+        last = len(self.stages) - 1
+        intermediates = []
+        x = self._stem_forward(x)
+        for s, stage in enumerate(self.stages[: last_taken + 1] if stop_early else self.stages):
+            if s > 0:
+                x = self.pools[s - 1](x)
+            x = stage(x)
+            if s in take:
+                feature = self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2) if norm and s == last else x
+                intermediates.append(feature.permute(0, 2, 3, 1) if output_fmt == "NHWC" else feature)
+        return intermediates if intermediates_only else (x, intermediates)
+
+    def prune_intermediate_layers(
+        self, indices: Union[int, Sequence[int]] = 1, prune_norm: bool = False, prune_head: bool = True,
+    ) -> List[int]:
+        """Remove the stages after the last of ``indices`` (and the head, the LayerNorm if asked:
+        timm's API for backbones); returns the indices as absolute stage numbers. When stages are
+        removed, the features end at the last one kept: ``num_features`` becomes its width and
+        the LayerNorm, sized for the last stage, goes too."""
+        take, last_taken = feature_take_indices(len(self.stages), indices)
+        prune_end = last_taken < len(self.stages) - 1
+        self.stages = self.stages[: last_taken + 1]
+        self.pools = self.pools[:last_taken]
+        if prune_norm or prune_end:
+            self.norm = nn.Identity()
+        if prune_end:
+            self.num_features = self.head_hidden_size = self.feature_info[last_taken]["num_chs"]
+        if prune_head or prune_end:
+            self.reset_classifier(0, "")
+        return take
 
 
 # ----------------------------------------------------------------------------- models
@@ -356,31 +461,46 @@ def _sret(arch: dict, **kwargs) -> SReT:
     return SReT(**{**arch, **kwargs})
 
 
-@register_model
+def _cfg(img_size: int = 224, weights: Optional[str] = None) -> dict:
+    """The pretrained config of an SReT model at ``img_size``. ``weights``: the official
+    checkpoint of this architecture in the SReT repository's table (none bundled: load the
+    file with ``pretrained=True, pretrained_cfg_overlay=dict(file=...)``)."""
+    cfg = image_cfg(
+        img_size, pool_size=(img_size // 32, img_size // 32), first_conv="stem.0.conv", classifier="head",
+        fixed_input_size=False, license="mit", paper_name="Sliced Recursive Transformer",
+        paper_ids="arXiv:2111.05297",
+    )
+    if weights:
+        cfg.update(origin_url="https://github.com/szq0214/SReT",
+                   notes=(f"official ImageNet-1k weights: {weights}",))
+    return cfg
+
+
+@register_model(pretrained_cfg=_cfg(weights="SReT_T"))
 def sret_t(**kwargs) -> SReT:
     """SReT-T: 4.76M parameters, 1.11G MACs at 224x224."""
     return _sret(_SRET_T, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg(weights="SReT_LT [8-4-1,2-1-1]"))
 def sret_tl(**kwargs) -> SReT:
     """SReT-TL (official name SReT_LT): 4.99M parameters, 1.16G MACs."""
     return _sret(_SRET_TL, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg(weights="SReT_S"))
 def sret_s(**kwargs) -> SReT:
     """SReT-S: 20.9M parameters, 4.17G MACs."""
     return _sret(_SRET_S, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg())
 def sret_b(**kwargs) -> SReT:
     """SReT-B (appendix table, reconciled to its 71.2M parameters; see above): 70.8M."""
     return _sret(_SRET_B, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg())
 def sret_ext(**kwargs) -> SReT:
     """SReT-ExT, the paper's smallest model (4.0M parameters, 0.7G FLOPs, 74.0% top-1):
     3,938,017 parameters (-1.5%) and 0.688G MACs (-1.8%) at 224x224, as ``count_params`` /
@@ -407,25 +527,25 @@ def sret_ext(**kwargs) -> SReT:
     return _sret(_SRET_EXT, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg(weights="SReT_⋇T"))
 def sret_t_wo_slice(**kwargs) -> SReT:
     """SReT-T without sliced attention (the paper's SReT-⋇T): 1.37G MACs."""
     return _sret(_SRET_T, groups=GLOBAL_GROUPS, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg(weights="SReT_⋇LT"))
 def sret_tl_wo_slice(**kwargs) -> SReT:
     """SReT-TL without sliced attention (SReT-⋇TL): 1.42G MACs."""
     return _sret(_SRET_TL, groups=GLOBAL_GROUPS, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg(weights="SReT_⋇S"))
 def sret_s_wo_slice(**kwargs) -> SReT:
     """SReT-S without sliced attention (SReT-⋇S)."""
     return _sret(_SRET_S, groups=GLOBAL_GROUPS, **kwargs)
 
 
-@register_model
+@register_model(pretrained_cfg=_cfg())
 def sret_b_wo_slice(**kwargs) -> SReT:
     """SReT-B without sliced attention."""
     return _sret(_SRET_B, groups=GLOBAL_GROUPS, **kwargs)
@@ -434,24 +554,24 @@ def sret_b_wo_slice(**kwargs) -> SReT:
 # Distilled (and fine-tuned) models have the architecture of their base model; the names
 # identify checkpoints trained with soft distillation (``--teacher-*`` in
 # sret-train-vision) and, with a resolution suffix, fine-tuned at that resolution.
-_VARIANTS = {
-    "sret_t_distill": (sret_t, {}),
-    "sret_tl_distill": (sret_tl, {}),
-    "sret_s_distill": (sret_s, {}),
-    "sret_b_distill": (sret_b, {}),
-    "sret_t_wo_slice_distill": (sret_t_wo_slice, {}),
-    "sret_tl_wo_slice_distill": (sret_tl_wo_slice, {}),
-    "sret_s_wo_slice_distill": (sret_s_wo_slice, {}),
-    "sret_t_distill_384": (sret_t, {"img_size": 384}),
-    "sret_tl_distill_384": (sret_tl, {"img_size": 384}),
-    "sret_t_wo_slice_distill_384": (sret_t_wo_slice, {"img_size": 384}),
-    "sret_tl_wo_slice_distill_384": (sret_tl_wo_slice, {"img_size": 384}),
-    "sret_s_wo_slice_distill_384": (sret_s_wo_slice, {"img_size": 384}),
-    "sret_s_wo_slice_distill_512": (sret_s_wo_slice, {"img_size": 512}),
+_VARIANTS = {  # name: (base model, its settings, the official checkpoint or None)
+    "sret_t_distill": (sret_t, {}, "SReT_T_Distill"),
+    "sret_tl_distill": (sret_tl, {}, "SReT_LT_Distill"),
+    "sret_s_distill": (sret_s, {}, None),
+    "sret_b_distill": (sret_b, {}, None),
+    "sret_t_wo_slice_distill": (sret_t_wo_slice, {}, "SReT_⋇T_Distill"),
+    "sret_tl_wo_slice_distill": (sret_tl_wo_slice, {}, "SReT_⋇LT_Distill"),
+    "sret_s_wo_slice_distill": (sret_s_wo_slice, {}, None),
+    "sret_t_distill_384": (sret_t, {"img_size": 384}, None),
+    "sret_tl_distill_384": (sret_tl, {"img_size": 384}, None),
+    "sret_t_wo_slice_distill_384": (sret_t_wo_slice, {"img_size": 384}, "SReT_⋇T_Distill_Finetune384"),
+    "sret_tl_wo_slice_distill_384": (sret_tl_wo_slice, {"img_size": 384}, None),
+    "sret_s_wo_slice_distill_384": (sret_s_wo_slice, {"img_size": 384}, "SReT_⋇S_Distill_Finetune384"),
+    "sret_s_wo_slice_distill_512": (sret_s_wo_slice, {"img_size": 512}, "SReT_⋇S_Distill_Finetune512"),
 }
 
 
-def _variant(name: str, base, defaults: dict):
+def _variant(name: str, base, defaults: dict, weights: Optional[str]):
     def constructor(**kwargs) -> SReT:
         return base(**{**defaults, **kwargs})
 
@@ -460,8 +580,8 @@ def _variant(name: str, base, defaults: dict):
     constructor.__doc__ = f"{base.__name__} trained with soft distillation" + (
         f", fine-tuned at {size}x{size}." if size else "."
     )
-    return register_model(constructor)
+    return register_model(constructor, pretrained_cfg=_cfg(size or 224, weights))
 
 
-for _name, (_base, _defaults) in _VARIANTS.items():
-    globals()[_name] = _variant(_name, _base, _defaults)
+for _name, (_base, _defaults, _weights) in _VARIANTS.items():
+    globals()[_name] = _variant(_name, _base, _defaults, _weights)

@@ -131,6 +131,24 @@ def _unwrap(checkpoint) -> Dict[str, Tensor]:
     return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
 
 
+def checkpoint_filter_fn(checkpoint: Mapping, model: nn.Module) -> Dict[str, Tensor]:
+    """A checkpoint's state dict in ``model``'s names and shapes: unwrapped (see
+    :func:`load_checkpoint`), an official SReT one renamed (:func:`convert_official_state_dict`:
+    one copy of each shared block, LRC names), the position embedding interpolated to the
+    model's resolution. timm's ``pretrained_filter_fn`` of the models (``timm.create_model(name,
+    pretrained=True, pretrained_cfg_overlay=dict(file=...))``) and the first step of
+    :func:`load_checkpoint`."""
+    state_dict = _unwrap(checkpoint)
+    if isinstance(model, SReT) and is_official_state_dict(state_dict):
+        state_dict = convert_official_state_dict(state_dict, model)
+    own = model.state_dict()
+    if "pos_embed" in state_dict and "pos_embed" in own and isinstance(model, SReT):
+        pos = state_dict["pos_embed"]
+        if pos.shape != own["pos_embed"].shape and pos.shape[:2] == own["pos_embed"].shape[:2]:
+            state_dict["pos_embed"] = resize_pos_embed(pos.float(), tuple(own["pos_embed"].shape[-2:])).to(pos.dtype)
+    return state_dict
+
+
 def load_checkpoint(
     model: nn.Module, checkpoint: Union[str, Mapping], strict: bool = True, map_location="cpu"
 ) -> nn.Module:
@@ -145,14 +163,8 @@ def load_checkpoint(
     """
     if isinstance(checkpoint, (str, bytes)) or hasattr(checkpoint, "__fspath__"):
         checkpoint = torch.load(checkpoint, map_location=map_location, weights_only=True)
-    state_dict = _unwrap(checkpoint)
-    if isinstance(model, SReT) and is_official_state_dict(state_dict):
-        state_dict = convert_official_state_dict(state_dict, model)
+    state_dict = checkpoint_filter_fn(checkpoint, model)
     own = model.state_dict()
-    if "pos_embed" in state_dict and "pos_embed" in own and isinstance(model, SReT):
-        pos = state_dict["pos_embed"]
-        if pos.shape != own["pos_embed"].shape and pos.shape[:2] == own["pos_embed"].shape[:2]:
-            state_dict["pos_embed"] = resize_pos_embed(pos.float(), tuple(own["pos_embed"].shape[-2:])).to(pos.dtype)
     if not strict:
         skipped = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
         state_dict = {k: v for k, v in state_dict.items() if k not in skipped}
