@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from fairseq_sret.vision.registry import IMAGENET_MEAN, IMAGENET_STD
+
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _pil():
