@@ -31,6 +31,7 @@ from typing import Dict, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from ..nmt_checkpoints import load_checkpoint as read_safely
 from ..nmt_checkpoints import save_checkpoint as write_atomically
 from .sret import SReT, resize_pos_embed
 
@@ -144,7 +145,8 @@ def load_checkpoint(
     classifier for another number of classes, are skipped with a warning.
     """
     if isinstance(checkpoint, (str, bytes)) or hasattr(checkpoint, "__fspath__"):
-        checkpoint = torch.load(checkpoint, map_location=map_location, weights_only=True)
+        # weights_only, with errors that name the file (damaged, not a checkpoint, unsafe)
+        checkpoint = read_safely(checkpoint)  # on the CPU; load_state_dict copies to the model's device
     state_dict = _unwrap(checkpoint)
     if isinstance(model, SReT) and is_official_state_dict(state_dict):
         state_dict = convert_official_state_dict(state_dict, model)
@@ -163,8 +165,29 @@ def load_checkpoint(
                 f" unexpected {result.unexpected_keys}"
             )
         return model
+    mismatch = _mismatch(state_dict, own)
+    if mismatch:
+        raise ValueError(f"the checkpoint's weights do not fit this {type(model).__name__}: {mismatch} (a checkpoint"
+                         " of another model, size or number of classes?)")
     model.load_state_dict(state_dict)
     return model
+
+
+def _mismatch(saved: Mapping[str, Tensor], own: Mapping[str, Tensor]) -> str:
+    """What keeps ``saved`` from loading strictly into ``own``, in one line ("" if nothing)."""
+    missing = [k for k in own if k not in saved]
+    unexpected = [k for k in saved if k not in own]
+    shapes = [k for k in saved if k in own and tuple(getattr(saved[k], "shape", ())) != tuple(own[k].shape)]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
+    if shapes:
+        k = shapes[0]
+        parts.append(f"{len(shapes)} of another shape (e.g. {k}: {list(saved[k].shape)} in the checkpoint,"
+                     f" {list(own[k].shape)} in the model)")
+    return "; ".join(parts)
 
 
 def save_checkpoint(model: nn.Module, path, extra: Optional[dict] = None) -> None:
