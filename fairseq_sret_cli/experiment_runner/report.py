@@ -3,6 +3,7 @@ mean +- std over seeds and each seed) and PNG plots (see :func:`plot`)."""
 
 import datetime
 import json
+import os
 import logging
 import math
 import platform
@@ -137,6 +138,36 @@ def environment() -> dict:
     except Exception:
         pass
     return info
+
+
+def check_results_files(results_dir: Path, name: str, force: bool = False) -> None:
+    """Refuse (:class:`fairseq_sret_cli.outputs.OutputInTheWay`) to write ``NAME.json``,
+    ``NAME.md`` and ``NAME_*.png`` over files that sret-experiments did not write. Results
+    files are committed and carried between machines, so they are recognised by their
+    content: the JSON names the experiment, the markdown and the figures name this command."""
+    from ..outputs import Outputs
+
+    def written_here(path: Path) -> bool:
+        try:
+            if path.suffix == ".json":
+                payload = json.loads(path.read_text(encoding="utf-8"))
+                return isinstance(payload, dict) and (payload.get("experiment") or {}).get("name") == name
+            if path.suffix == ".md":
+                return "Produced by `sret-experiments" in path.read_text(encoding="utf-8", errors="replace")
+            # a figure: its Description names the command, or (older figures) its results file is ours
+            return b"sret-experiments" in path.read_bytes()[:1 << 16] or written_here(results_dir / f"{name}.json")
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    paths = [results_dir / f"{name}.json", results_dir / f"{name}.md"]
+    paths += [results_dir / f"{name}_{suffix}.png" for suffix in FIGURES]
+    Outputs("sret-experiments", force=force).check(
+        [p for p in paths if os.path.lexists(p)], own=written_here, folders=[results_dir],
+        fix="give another --results folder, or pass --force to replace them (nothing else is touched)")
+
+
+#: the figures :func:`plot` draws, ``NAME_<suffix>.png``
+FIGURES = ("valid_loss", "bleu_params", "bleu_cpu", "bleu_speed", "depth")
 
 
 def write_results(experiment: Experiment, records: List[dict], results_dir, command: str,
