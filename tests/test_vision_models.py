@@ -177,7 +177,7 @@ def test_any_resolution_divisible_by_32():
         model = small_sret(img_size=size).eval()
         assert model.pos_embed.shape == (1, 16, size[0] // 8, size[1] // 8)
         assert model(torch.randn(1, 3, *size)).shape == (1, 7)
-    with pytest.raises(ValueError, match="divisible by 32"):
+    with pytest.raises(ValueError, match="multiple of 32"):
         small_sret(img_size=80)
     model = small_sret()
     with pytest.raises(ValueError, match="divisible by 32"):
