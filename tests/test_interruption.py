@@ -201,9 +201,14 @@ def test_sret_train_vision_killed_resumes_to_the_last_epoch(tmp_path):
             assert load_checkpoint(last)["best_acc1"] <= acc  # a kill may come between the two saves
         if kinds[-1] == "ended":
             break
-    argv = base + (["--resume", str(out / "checkpoint_last.pt")] if (out / "checkpoint_last.pt").is_file() else [])
-    final = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
-    assert final.returncode == 0, final.stderr[-3000:]
-    assert load_checkpoint(out / "checkpoint_last.pt")["epoch"] == 11
+    last = out / "checkpoint_last.pt"
+    finished = last.is_file() and load_checkpoint(last)["epoch"] == 11
+    final = subprocess.run(base + (["--resume", str(last)] if last.is_file() else []), env=ENV, capture_output=True,
+                           text=True, timeout=600)
+    if finished:  # a resume with nothing left to train says so and changes nothing
+        assert final.returncode == 1 and "nothing to train" in final.stderr, final.stderr[-3000:]
+    else:
+        assert final.returncode == 0, final.stderr[-3000:]
+    assert load_checkpoint(last)["epoch"] == 11
     epochs = [json.loads(line)["epoch"] for line in (out / "log.jsonl").read_text().splitlines()]
     assert epochs == sorted(set(epochs)) and epochs[-1] == 11  # each epoch logged once, in order
