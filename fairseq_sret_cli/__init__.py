@@ -83,8 +83,9 @@ def error_message(exc: BaseException) -> str:
     else:
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].startswith("Traceback"):  # a worker's traceback as the message
-        lines = lines[-1:]
+    tracebacks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if tracebacks:  # a worker's or a subprocess's traceback in the message: its own error, not its frames
+        lines = lines[: tracebacks[0]] + lines[-1:]
     return " ".join(lines) or type(exc).__name__
 
 
