@@ -119,7 +119,8 @@ def build_model(arch: str, vocab_size: int = 30, task=None, **overrides):
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     task = ToyTask(vocab_size) if task is None else task
-    return ARCH_MODEL_REGISTRY[arch].build_model(architecture_args(arch, **overrides), task)
+    args = architecture_args(arch, **overrides)  # first: it registers our architectures
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
 
 
 @user_errors("sret-toy-data")

@@ -8,15 +8,13 @@ refuses before it starts anything, naming the runs and the options that changed,
 so these tests run the command in this process on a data-bin of empty files.
 """
 
-import json
 from pathlib import Path
 
 import pytest
 
-from bad_input_cases import experiment, fake_data_bin, run_case_here, write, Case
+from bad_input_cases import Case, experiment, experiment_run, run_case_here, write
 from fairseq_sret_cli.experiment_runner import parse_experiment
-from fairseq_sret_cli.experiment_runner.runner import (RUN_OUTPUTS, check_run_folder, run_paths, run_settings,
-                                                        settings_fingerprint, train_command, training_settings)
+from fairseq_sret_cli.experiment_runner.runner import RUN_OUTPUTS, check_run_folder, run_paths, run_settings, training_settings
 from fairseq_sret_cli.outputs import exclusive
 
 ROW = "  - {id: sret, arch: sret_transformer_tiny, args: --lr 1e-3}\n"
@@ -27,22 +25,9 @@ EXPERIMENT = "name: bound\ntrain: {args: --optimizer adam --max-tokens 500, max_
 def trained_run(folder: Path, row: str = ROW, curve: bool = False) -> Path:
     """An output folder holding the run ``sret/seed1`` as the runner leaves it after training
     with ``row`` (its run.json and a checkpoint), and the experiment file."""
-    text = EXPERIMENT + row
-    if curve:
-        text = text.replace("eval: {subsets: [test]}", "eval: {subsets: [test], curve: {every: 2}}")
-    write(folder, "exp.yaml", text)
-    fake_data_bin(folder)
-    exp = experiment_of(folder)
-    run = exp.runs()[0]
-    paths = run_paths(folder / "runs", run)
-    settings = run_settings(exp, run, "bin", folder / "runs", False, None, None, None)
-    paths.checkpoints.mkdir(parents=True)
-    write(paths.checkpoints, "checkpoint_last.pt", "weights")
-    write(paths.root, "train.log", "log")
-    cmd = train_command(exp, run, "bin", paths)
-    write(paths.root, "run.json", json.dumps({"status": "training", "command": cmd[1:], "train_settings": settings,
-                                               "train_fingerprint": settings_fingerprint(settings)}))
-    return paths.root
+    header = EXPERIMENT.replace("eval: {subsets: [test]}", "eval: {subsets: [test], curve: {every: 2}}") if curve \
+        else EXPERIMENT
+    return experiment_run(folder, row, header)
 
 
 def experiment_of(folder: Path):

@@ -117,8 +117,9 @@ def decode(entry: str, argv, stdin: str = "") -> str:
 
 def generation_argv(model, *extra):
     data, checkpoint, lm = model
+    # no data-loading worker: each would cost seconds to start and stop per call
     return [data, *USER_DIR, "--path", checkpoint, "--gen-subset", "test", "--cpu", "--max-len-b", "12",
-            "--required-batch-size-multiple", "1", *[str(lm) if a == "{lm}" else a for a in extra]]
+            "--required-batch-size-multiple", "1", "--num-workers", "0", *[str(lm) if a == "{lm}" else a for a in extra]]
 
 
 def test_the_matrix_covers_every_generation_option():
@@ -143,7 +144,7 @@ def test_options_that_work_with_our_model(group, model):
 def test_constraints_in_fairseq_interactive(model):
     data, checkpoint, _ = model
     lines = "w1 w2 w3\tv3\nw4 w5\tv5\n"
-    printed = decode("interactive", [data, *USER_DIR, "--path", checkpoint, "--cpu", "--source-lang", "src",
+    printed = decode("interactive", [data, *USER_DIR, "--path", checkpoint, "--cpu", "--num-workers", "0", "--source-lang", "src",
                                      "--target-lang", "tgt", *INTERACTIVE, "--input", write_input(data, lines)])
     hypotheses = [line.split("\t")[2] for line in printed.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 2 and "v3" in hypotheses[0].split() and "v5" in hypotheses[1].split(), printed
@@ -160,8 +161,8 @@ def test_options_our_model_cannot_honour_are_refused_by_name(option, model):
     flag = f"--{option.replace('_', '-')}"
     if option == "replace_unk":  # fairseq-generate first asks for a raw data set: fairseq-interactive reads text
         data, checkpoint, _ = model
-        argv = [data, *USER_DIR, "--path", checkpoint, "--cpu", "--source-lang", "src", "--target-lang", "tgt",
-                flag, "--input", write_input(data, "w1 w2\n")]
+        argv = [data, *USER_DIR, "--path", checkpoint, "--cpu", "--num-workers", "0", "--source-lang", "src",
+                "--target-lang", "tgt", flag, "--input", write_input(data, "w1 w2\n")]
         entry = "interactive"
     else:
         argv, entry = generation_argv(model, flag, *REFUSED[option]), "generate"
