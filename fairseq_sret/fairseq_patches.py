@@ -214,6 +214,14 @@ def _install_checkpoint_loading() -> None:
     checkpoint_utils.load_checkpoint_to_cpu = _clear_loading(checkpoint_utils.load_checkpoint_to_cpu)
 
 
+def _probe_checkpoint(folder: str) -> str:
+    """The smallest checkpoint fairseq's loader accepts, in ``folder``; returns its path."""
+    path = os.path.join(folder, "probe.pt")
+    torch.save({"args": None, "cfg": None, "model": {}, "extra_state": {"train_iterator": None},
+                "optimizer_history": [{"num_updates": 0, "optimizer_name": "probe", "lr_scheduler_state": {}}]}, path)
+    return path
+
+
 # ---------------------------------------------------------------- model_override_names
 @functools.lru_cache(maxsize=1)
 def declared_option_names() -> frozenset:
@@ -287,10 +295,7 @@ def fairseq_ignores_unknown_overrides(load=None) -> bool:
     """Does ``load_checkpoint_to_cpu`` load a checkpoint with an override that no option has?"""
     load = load or checkpoint_utils.load_checkpoint_to_cpu
     with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "probe.pt")
-        torch.save({"args": None, "cfg": None, "model": {}, "extra_state": {"train_iterator": None},
-                    "optimizer_history": [{"num_updates": 0, "optimizer_name": "probe", "lr_scheduler_state": {}}]},
-                   path)
+        path = _probe_checkpoint(folder)
         try:
             load(path, {"sret_probe_no_such_option": 1})
         except UnknownOverride:
@@ -396,10 +401,7 @@ def load_errors_hide_their_cause(load_checkpoint=None) -> bool:
     level = quiet.level
     quiet.setLevel(logging.WARNING)  # not "Preparing to load checkpoint probe.pt" in every training log
     with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "probe.pt")
-        torch.save({"args": None, "cfg": None, "model": {}, "extra_state": {"train_iterator": None},
-                    "optimizer_history": [{"num_updates": 0, "optimizer_name": "probe", "lr_scheduler_state": {}}]},
-                   path)
+        path = _probe_checkpoint(folder)
         try:
             load_checkpoint(stand_in, path)
         except Exception as exc:

@@ -220,6 +220,20 @@ def load_checkpoint(path) -> dict:
         raise clear from None
 
 
+def mismatch_summary(missing: Sequence[str], unexpected: Sequence[str], shapes: Sequence[tuple]) -> str:
+    """Why weights do not load strictly, in one line: how many keys are missing, unexpected or
+    of another shape (``(name, shape in the checkpoint, shape in the model)``), the first of each."""
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
+    if shapes:
+        name, saved, built = shapes[0]
+        parts.append(f"{len(shapes)} of another shape (e.g. {name}: {saved} in the checkpoint, {built} in the model)")
+    return "; ".join(parts)
+
+
 def checkpoint_num_updates(state: dict) -> Optional[int]:
     """The update count a fairseq checkpoint was saved at (None if it does not say)."""
     history = state.get("optimizer_history") or []

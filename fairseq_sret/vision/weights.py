@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nmt_checkpoints import load_checkpoint as read_safely
+from ..nmt_checkpoints import mismatch_summary
 from ..nmt_checkpoints import save_checkpoint as write_atomically
 from .sret import SReT, resize_pos_embed
 
@@ -175,19 +176,9 @@ def load_checkpoint(
 
 def _mismatch(saved: Mapping[str, Tensor], own: Mapping[str, Tensor]) -> str:
     """What keeps ``saved`` from loading strictly into ``own``, in one line ("" if nothing)."""
-    missing = [k for k in own if k not in saved]
-    unexpected = [k for k in saved if k not in own]
-    shapes = [k for k in saved if k in own and tuple(getattr(saved[k], "shape", ())) != tuple(own[k].shape)]
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
-    if shapes:
-        k = shapes[0]
-        parts.append(f"{len(shapes)} of another shape (e.g. {k}: {list(saved[k].shape)} in the checkpoint,"
-                     f" {list(own[k].shape)} in the model)")
-    return "; ".join(parts)
+    shapes = [(k, list(saved[k].shape), list(own[k].shape)) for k in saved
+              if k in own and tuple(getattr(saved[k], "shape", ())) != tuple(own[k].shape)]
+    return mismatch_summary([k for k in own if k not in saved], [k for k in saved if k not in own], shapes)
 
 
 def save_checkpoint(model: nn.Module, path, extra: Optional[dict] = None) -> None:

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from ...core.depth import DepthControl
 from ...core.mixed_depth import check_depth_options
+from ...nmt_checkpoints import mismatch_summary
 from .config import (DICTIONARY_FINGERPRINTS, SReTOptions, check_dictionaries, check_sret_options,
                      record_trained_recursions, sret_base_architecture, warn_untrained_depth)
 from .hydra_config import namespace_from_config
@@ -181,15 +182,7 @@ def weights_mismatch(torch_message: str) -> str:
         name, saved, built = vocab[0]
         return (f"the data-bin's dictionary does not match the checkpoint's ({name}: {saved} in the checkpoint,"
                 f" {built} with this data-bin's dictionary): translate with the data-bin the model was trained on")
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
-    if shapes:
-        name, saved, built = shapes[0]
-        parts.append(f"{len(shapes)} of another shape (e.g. {name}: {saved} in the checkpoint, {built} in the model)")
     return ("the checkpoint's weights do not fit the model its configuration (with any --model-overrides) builds: "
-            + "; ".join(parts or [torch_message.splitlines()[0]])
+            + (mismatch_summary(missing, unexpected, shapes) or torch_message.splitlines()[0])
             + ". Overrides may change the depth (encoder_recursions, decoder_recursions) and options that keep"
               " the weights' shapes, not layer counts or widths")
