@@ -47,7 +47,11 @@ def main(argv=None) -> int:
             p.error("--checkpoint-upper-bound selects among a run folder's checkpoints: give it with"
                     " --num-epoch-checkpoints or --num-update-checkpoints")
         paths = [Path(x) for x in args.inputs]
-    outputs = Outputs("sret-average-checkpoints", force=args.force, inputs=paths)
+    outputs = Outputs("sret-average-checkpoints", force=args.force, inputs=paths,
+                      settings={"inputs": [str(Path(x).resolve()) for x in args.inputs],
+                                "num_epoch_checkpoints": args.num_epoch_checkpoints,
+                                "num_update_checkpoints": args.num_update_checkpoints,
+                                "checkpoint_upper_bound": args.checkpoint_upper_bound})
     outputs.check([args.output])
     print(f"averaging {len(paths)} checkpoints (newest first):", file=sys.stderr)
     for path in paths:

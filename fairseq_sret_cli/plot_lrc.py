@@ -38,7 +38,8 @@ def main(argv=None) -> int:
         paths = [Path(x) for x in args.inputs]
         run_dir = paths[0].parent
     output = Path(args.output) if args.output else run_dir / "lrc.png"
-    outputs = Outputs("sret-plot-lrc", force=args.force, inputs=paths)
+    outputs = Outputs("sret-plot-lrc", force=args.force, inputs=paths,
+                      settings={"inputs": [str(Path(x).resolve()) for x in args.inputs], "title": args.title})
     outputs.check([output])
     print(f"[lrc] reading {len(paths)} checkpoints", file=sys.stderr)
     traj = lrc.collect(paths)

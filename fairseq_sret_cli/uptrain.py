@@ -43,7 +43,9 @@ def main(argv=None) -> int:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if not Path(args.input).is_file():
         raise UserError(f"{args.input}: no such checkpoint file")
-    outputs = Outputs("sret-uptrain", force=args.force, inputs=[args.input])
+    settings = {k: v for k, v in vars(args).items() if k not in ("output", "force")}
+    settings["input"] = str(Path(args.input).resolve())
+    outputs = Outputs("sret-uptrain", force=args.force, settings=settings, inputs=[args.input])
     outputs.check([args.output])
 
     from fairseq_sret.conversion.uptrain import uptrain_checkpoint
