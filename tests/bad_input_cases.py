@@ -607,6 +607,20 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
+def cpu_model() -> str:
+    """The processor's model name as ``lscpu`` says it (``/proc/cpuinfo`` without it)."""
+    import platform
+
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        info = Path("/proc/cpuinfo")
+        lines = info.read_text().splitlines() if info.is_file() else []
+        return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                    platform.machine())
+
+
 def main() -> int:
     import platform
     import tempfile
@@ -626,9 +640,10 @@ def main() -> int:
             rc, stderr, changed = run_case_here(case, folder) if case.command in MAINS else run_case(case, folder)
             rows.append((case, rc, stderr, changed))
             print(f"{case.id}: {rc} {error_line(case, stderr)[:120]}", file=sys.stderr)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").is_file() else ""
-    print(HEADER.format(machine=f"{cpu or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"))
+    import torch
+
+    print(HEADER.format(machine=f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()},"
+                                f" torch {torch.__version__}"))
     print(table(rows))
     print(INTERRUPTION)
     return 0
@@ -641,15 +656,20 @@ the files the input needs; the table is the output of `python tests/bad_input_ca
 ({machine}; the `sret-*` commands' `main` in that process, fairseq's commands as installed
 programs), and each row is also a test
 (`tests/test_bad_input_cli.py`). Our `sret-*` commands print one line, `PROG: error: ...`, and
-exit non-zero; fairseq's commands (`fairseq-generate`, `fairseq-hydra-train`) keep fairseq's
-traceback, whose last line is shown. "Left on disk" lists what the command added (`+`),
-changed (`~`) or removed (`-`) in that folder.
+exit non-zero (2 for a command line that cannot be carried out as given: an option out of
+range, an output in the way); fairseq's commands (`fairseq-generate`, `fairseq-train`,
+`fairseq-hydra-train`) keep fairseq's traceback, whose last line is shown. "Left on disk"
+lists what the command added (`+`), changed (`~`) or removed (`-`) in that folder.
 
-`sret-uptrain` never writes its input and replaces an existing output only with `--force`;
-`sret-prepare` builds a data-bin beside `--out` and moves it into place when complete, so a
-failure leaves `--out` as it was (downloads stay in `OUT/orig` for the next try);
-`sret-experiments` checks `--data` (also with `--dry-run`) before training anything, and writes
-its results and run records atomically. `SRET_TRACEBACK=1` shows the traceback of a `sret-*` error.
+Every `sret-*` command that writes follows one rule (`fairseq_sret_cli/outputs.py`, described
+in `docs/outputs.md`): it never replaces or deletes a file it did not make, or made with other
+settings, unless `--force`; never one of its inputs, even with `--force` (links included);
+and it writes each file atomically. `sret-prepare` builds the data-bin in a hidden folder inside
+`--out` and moves each file in when all are made, so a failure leaves `--out` as it was
+(downloads stay in `OUT/orig` for the next try); `sret-experiments` checks `--data` (also with
+`--dry-run`) and every run folder's settings before training anything, and locks its output
+folder. fairseq's generation and training options with our models: `tests/test_fairseq_options.py`.
+`SRET_TRACEBACK=1` shows the traceback of a `sret-*` error.
 """
 
 INTERRUPTION = """
@@ -663,6 +683,11 @@ moments and the moment a temporary checkpoint or results file appears, then resu
 | `fairseq-train` (tiny SReT, toy data, a checkpoint every 2 updates) | 20 | `checkpoint_last.pt` loads, its update count never goes back; the best checkpoint's valid loss never rises | the resumed run ends at `--max-update` (100) |
 | `sret-experiments` (2 tiny rows) | up to 4 | the results JSON parses; a row recorded done stays done | every row done, trained to its `max_update` |
 | `sret-train-vision --resume` (SReT-ExT at 32x32) | up to 6 | `checkpoint_last.pt` loads; the best accuracy never falls and is never below the one `checkpoint_last.pt` records | the run ends at its last epoch, each epoch logged once |
+
+`test_ctrl_c_is_one_line_and_leaves_no_training_behind` sends Ctrl-C (SIGINT to the command
+alone, as `kill -INT` does) while `sret-train-vision` and `sret-experiments` train: each prints
+one line saying how to continue, exits 130 and shows no traceback; `sret-experiments` stops its
+`fairseq-train` and records the training's CPU time before it exits.
 
 Defects found in the code these tests exercise (the writes were in place, so a kill at the
 wrong moment leaves a part of a file; the fixes are in place before the tests ran green):
