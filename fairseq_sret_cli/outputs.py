@@ -102,7 +102,13 @@ def maker(path) -> Optional[dict]:
 
 
 def _settings_text(settings: dict, keys) -> str:
-    return ", ".join(f"{k}={settings.get(k)!r}" for k in keys)
+    def shown(value):
+        if isinstance(value, str) and os.path.isabs(value):  # paths as the user gives them
+            relative = os.path.relpath(value)
+            return relative if not relative.startswith("..") else value
+        return value
+
+    return ", ".join(f"{k}={shown(settings.get(k))!r}" for k in keys)
 
 
 # ---------------------------------------------------------------- the rule
@@ -171,7 +177,7 @@ class Outputs:
         if folder:
             return None if path.is_dir() else ("a file, not a folder", False)
         if path.is_dir() and not path.is_symlink():
-            return "a folder; give the path of the file to write", False
+            return "a folder (give the path of a file)", False
         if self.force or self.made_by_me(path, own):
             return None
         entry = maker(path)

@@ -300,7 +300,8 @@ def run(argv=None) -> dict:
             checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs}, options=vars(args),
         )
     except FloatingPointError as exc:
-        again = f"; resume from {Path(args.output) / 'checkpoint_last.pt'} (the last finished epoch)" if args.output else ""
+        last = Path(args.output or "") / "checkpoint_last.pt"
+        again = f"; resume from {last} (the last finished epoch)" if args.output and last.is_file() else ""
         raise UserError(f"{exc}: training diverged; lower --lr or set --clip-grad{again}") from None
     if args.output:
         outputs.record(*(Path(args.output) / name for name in RUN_FILES if (Path(args.output) / name).exists()))

@@ -70,7 +70,7 @@ def test_folders_broken_paths_and_unwritable_places_are_named(tmp_path):
     (tmp_path / "folder").mkdir()
     write(tmp_path, "file", "x")
     outputs = Outputs("cmd", force=True)
-    assert "a folder; give the path of the file" in outputs.in_the_way(tmp_path / "folder")
+    assert "folder: a folder (give the path of a file)" in outputs.in_the_way(tmp_path / "folder")
     assert "file is a file, not a folder" in outputs.in_the_way(tmp_path / "file" / "out.txt")
     locked = tmp_path / "locked"
     locked.mkdir()

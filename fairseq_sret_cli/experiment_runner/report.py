@@ -3,14 +3,16 @@ mean +- std over seeds and each seed) and PNG plots (see :func:`plot`)."""
 
 import datetime
 import json
-import os
 import logging
+import os
 import math
 import platform
 import statistics
 import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from fairseq_sret.atomic_files import replacing
 
 from .experiment_file import Experiment, describe
 from .runner import evaluation_key, write_text_atomically
@@ -331,7 +333,8 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         fig.text(0.01, 0.01, caption, fontsize=6.5, va="bottom", ha="left", color="0.3")
         fig.tight_layout(rect=(0, 0.012 + 0.022 * lines, 1, 1))
         paths[key] = results_dir / f"{experiment.name}_{suffix}.png"
-        fig.savefig(paths[key], dpi=110, metadata={"Description": caption} if caption else None)
+        with replacing(paths[key]) as tmp:  # a reader, or a kill, sees the old figure or the new one
+            fig.savefig(tmp, dpi=110, format="png", metadata={"Description": caption} if caption else None)
         plt.close(fig)
 
     def row_point(axis, row: dict, x_key: str, y_key: str, x_scale: float = 1.0, label: str = "",
