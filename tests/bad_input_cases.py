@@ -584,7 +584,10 @@ def run_case_here(case: Case, folder: Path):
     import importlib
     import io
 
+    import torch
+
     before, cwd, err = snapshot(folder), os.getcwd(), io.StringIO()
+    threads = torch.get_num_threads()  # a command may set its own (sret-count); this process keeps its
     os.chdir(folder)
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -594,6 +597,7 @@ def run_case_here(case: Case, folder: Path):
                 rc = exc.code
     finally:
         os.chdir(cwd)
+        torch.set_num_threads(threads)
     return rc, err.getvalue(), changes(before, snapshot(folder))
 
 

@@ -312,3 +312,8 @@ def test_prepare_puts_a_data_bin_beside_the_corpus_it_reads(tmp_path):
     rc, err, _ = run(writer, tmp_path, argv[:-1] + ["50", "--force"])
     assert rc == 0 and notes.read_text() == FOREIGN and snapshot(project / "raw") == corpus_before, err[-2000:]
     assert json.loads((project / "sret_data.json").read_text())["options"]["requested_vocab_size"] == 50
+    # `--out .` once failed ("Device or resource busy") and left a hidden partial data-bin
+    rc, err, _ = run(writer, project, ["sret-prepare", "multi30k", "--src", "raw", "--out", ".", "--vocab-size", "40",
+                                       "--force"])
+    assert rc == 0 and notes.read_text() == FOREIGN and snapshot(project / "raw") == corpus_before, err[-2000:]
+    assert not [p for p in project.iterdir() if p.name.startswith(".sret-prepare")]
