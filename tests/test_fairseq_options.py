@@ -16,7 +16,6 @@ import io
 import logging
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -14,7 +14,6 @@ import hashlib
 import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List
