@@ -52,6 +52,24 @@ The patches:
   that copy leaves a truncated ``checkpoint_last.pt`` or ``checkpoint_best.pt``. Patched: the
   copy goes to a temporary file beside the target, which then replaces it.
 
+- ``model_override_names``: ``load_checkpoint_to_cpu`` sets every ``--model-overrides`` key
+  (and every keyword of ``from_pretrained``) on the checkpoint's configuration, whether or not
+  any option has that name, so a misspelt override (``encoder_recursion``) is ignored without
+  a word. Patched: a key that no model, task, registered component or fairseq setting
+  declares is refused by name, with the closest option names.
+- ``diverse_beam_search``: ``DiverseBeamSearch`` as ``build_generator`` makes it returns
+  ``--beam`` candidates per step where ``SequenceGenerator`` reads ``2 x --beam``, and it
+  indexes its per-sentence overlap counts by the sentences' dataset ids (the generator's
+  ``original_batch_idxs``) although it made one row per sentence of the batch: with
+  ``--diverse-beam-groups`` fairseq-generate fails with an ``IndexError`` for every model.
+  Patched: ``candidate_multiple=2`` (its own setting for this generator), and the ids are
+  mapped to the rows of the batch's first step.
+
+- ``load_error_cause``: ``Trainer.load_checkpoint`` turns every error of loading the weights
+  into ``Cannot load model parameters from checkpoint ...; please ensure that the
+  architectures match``, so the last line of a refused resume or fine-tuning (another
+  dictionary, another size) hides why. Patched: the last line is the cause's, with the file.
+
 ``--bf16`` on the CPU needs a processor with native bf16 (AMX or AVX512-BF16, see
 :func:`cpu_has_native_bf16`); elsewhere autocast would emulate bf16, slower than fp32,
 so both patches stop with :class:`CPUBF16Unsupported` (drop ``--bf16``)
@@ -88,7 +106,8 @@ from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
 from .atomic_files import replacing
-from .nmt_checkpoints import allowed_checkpoint_globals, check_checkpoint_file, clear_load_error
+from .nmt_checkpoints import (allowed_checkpoint_globals, check_checkpoint_file, clear_load_error,
+                              not_a_fairseq_checkpoint)
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +174,8 @@ def _clear_loading(load):
                 return load(path, *args, **kwargs)
         except Exception as exc:
             clear = clear_load_error(path, exc) if local is not None else None
+            if clear is None and local is not None and isinstance(exc, (KeyError, AttributeError)):
+                clear = not_a_fairseq_checkpoint(local)
             if clear is None:
                 raise
             # the chained torch/pickle traceback adds nothing for a damaged or refused file
@@ -194,6 +215,207 @@ def fairseq_loader_fails_on_own_checkpoints(load=None) -> bool:
 
 def _install_checkpoint_loading() -> None:
     checkpoint_utils.load_checkpoint_to_cpu = _clear_loading(checkpoint_utils.load_checkpoint_to_cpu)
+
+
+def _probe_checkpoint(folder: str) -> str:
+    """The smallest checkpoint fairseq's loader accepts, in ``folder``; returns its path."""
+    path = os.path.join(folder, "probe.pt")
+    torch.save({"args": None, "cfg": None, "model": {}, "extra_state": {"train_iterator": None},
+                "optimizer_history": [{"num_updates": 0, "optimizer_name": "probe", "lr_scheduler_state": {}}]}, path)
+    return path
+
+
+# ---------------------------------------------------------------- model_override_names
+@functools.lru_cache(maxsize=1)
+def declared_option_names() -> frozenset:
+    """Every option name fairseq knows of: its configuration's fields, the fields of every
+    registered component's dataclass, and what every registered model and task declares
+    with ``add_args``."""
+    import dataclasses
+
+    from fairseq.models import MODEL_DATACLASS_REGISTRY, MODEL_REGISTRY
+    from fairseq.registry import REGISTRIES
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
+
+    names = set()
+
+    def fields_of(cls) -> None:
+        for f in dataclasses.fields(cls):
+            names.add(f.name)
+            if dataclasses.is_dataclass(f.type):
+                fields_of(f.type)
+
+    fields_of(FairseqConfig)
+    dataclass_types = list(MODEL_DATACLASS_REGISTRY.values()) + list(TASK_DATACLASS_REGISTRY.values())
+    classes = list(MODEL_REGISTRY.values()) + list(TASK_REGISTRY.values())
+    for registry in REGISTRIES.values():
+        dataclass_types += list(registry["dataclass_registry"].values())
+        classes += list(registry["registry"].values())
+    for cls in dataclass_types:
+        if dataclasses.is_dataclass(cls):
+            fields_of(cls)
+    for cls in classes:
+        parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+        try:
+            cls.add_args(parser)
+        except Exception:  # a component whose options need others first: its dataclass was read
+            continue
+        names.update(action.dest for action in parser._actions)
+    return frozenset(names)
+
+
+class UnknownOverride(ValueError):
+    """A ``--model-overrides`` key that no option has."""
+
+
+def check_override_names(overrides) -> None:
+    """Raise :class:`UnknownOverride` naming the keys of ``overrides`` that are no option."""
+    import difflib
+
+    if not overrides:
+        return
+    known = declared_option_names()
+    unknown = sorted(str(k) for k in overrides if k not in known)
+    if not unknown:
+        return
+    hints = [f"{k!r} (did you mean {' or '.join(map(repr, close))}?)" if close else repr(k)
+             for k in unknown for close in [difflib.get_close_matches(k, known, n=2, cutoff=0.8)]]
+    raise UnknownOverride(f"--model-overrides: no option is called {', '.join(hints)}; an override of another"
+                          " name would be ignored")
+
+
+def _checked_overrides(load):
+    @functools.wraps(load)
+    def wrapper(path, arg_overrides=None, *args, **kwargs):
+        check_override_names(arg_overrides)
+        return load(path, arg_overrides, *args, **kwargs)
+
+    wrapper.sret_patch = "model_override_names"
+    return wrapper
+
+
+def fairseq_ignores_unknown_overrides(load=None) -> bool:
+    """Does ``load_checkpoint_to_cpu`` load a checkpoint with an override that no option has?"""
+    load = load or checkpoint_utils.load_checkpoint_to_cpu
+    with tempfile.TemporaryDirectory() as folder:
+        path = _probe_checkpoint(folder)
+        try:
+            load(path, {"sret_probe_no_such_option": 1})
+        except UnknownOverride:
+            return False
+        except Exception:
+            return True  # failed for another reason: the name was not what stopped it
+    return True
+
+
+def _install_model_override_names() -> None:
+    checkpoint_utils.load_checkpoint_to_cpu = _checked_overrides(checkpoint_utils.load_checkpoint_to_cpu)
+
+
+# ---------------------------------------------------------------- diverse_beam_search
+def diverse_beam_search_fails(search_cls=None) -> bool:
+    """Does ``DiverseBeamSearch``, built as ``FairseqTask.build_generator`` builds it, return
+    fewer than the ``2 x beam`` candidates per step that ``SequenceGenerator`` reads, or fail
+    at the second step of a sentence whose dataset id is not below the batch size?"""
+    from fairseq import search
+    from fairseq.data import Dictionary
+
+    search_cls = search_cls or search.DiverseBeamSearch
+    dictionary = Dictionary()
+    for i in range(8):
+        dictionary.add_symbol(f"w{i}")
+    beam = 4
+    strategy = search_cls(dictionary, 2, 0.5)
+    ids = torch.tensor([5])  # one sentence, the sixth of its data set
+    lprobs = torch.log_softmax(torch.randn(1, beam, len(dictionary)), dim=-1)
+    try:
+        scores, _, _ = strategy.step(0, lprobs, None, None, ids)
+        strategy.step(1, lprobs, torch.zeros(1, beam, 1), None, ids)
+    except IndexError:
+        return True
+    return scores.size(1) < 2 * beam
+
+
+def _install_diverse_beam_search() -> None:
+    from fairseq import search
+
+    class DiverseBeamSearch(search.DiverseBeamSearch):
+        """fairseq's diverse beam search with ``2 x beam`` candidates per step, whose overlap
+        counts are kept per row of the batch (the generator gives the sentences' dataset ids)."""
+
+        sret_patch = "diverse_beam_search"
+
+        def __init__(self, tgt_dict, num_groups, diversity_strength, diversity_discount=1.0, candidate_multiple=2):
+            super().__init__(tgt_dict, num_groups, diversity_strength, diversity_discount, candidate_multiple)
+
+        def step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None):
+            if original_batch_idxs is not None:
+                if step == 0:
+                    self.first_ids = original_batch_idxs.clone()
+                # each sentence's row at the first step, where its overlap counts were made
+                original_batch_idxs = (original_batch_idxs[:, None] == self.first_ids[None, :]).int().argmax(dim=1)
+            return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs)
+
+    search.DiverseBeamSearch = DiverseBeamSearch
+
+
+# ---------------------------------------------------------------- load_error_cause
+class CheckpointLoadError(RuntimeError):
+    """The weights of a checkpoint could not be loaded into the model; the message says why."""
+
+
+def _with_the_cause(load_checkpoint):
+    @functools.wraps(load_checkpoint)
+    def wrapper(self, filename, *args, **kwargs):
+        try:
+            return load_checkpoint(self, filename, *args, **kwargs)
+        except Exception as exc:
+            cause = exc.__context__
+            if type(exc) is not Exception or cause is None or "architectures match" not in str(exc):
+                raise
+            raise CheckpointLoadError(f"cannot load the model parameters of {filename}: {cause}") from cause
+
+    wrapper.sret_patch = "load_error_cause"
+    return wrapper
+
+
+def load_errors_hide_their_cause(load_checkpoint=None) -> bool:
+    """Does ``Trainer.load_checkpoint`` end with a message that leaves out why the model's
+    ``load_state_dict`` failed? Calls it with a stand-in trainer whose model refuses the weights."""
+    from types import SimpleNamespace
+
+    load_checkpoint = load_checkpoint or trainer_module.Trainer.load_checkpoint
+
+    class Model:
+        args = None
+
+        def set_num_updates(self, num_updates):
+            pass
+
+        def load_state_dict(self, *args, **kwargs):
+            raise ValueError("sret probe: the weights do not fit")
+
+    cfg = SimpleNamespace(checkpoint=SimpleNamespace(load_checkpoint_on_all_dp_ranks=False),
+                          distributed_training=SimpleNamespace(use_sharded_state=False, zero_sharding="none"),
+                          model=SimpleNamespace())
+    stand_in = SimpleNamespace(data_parallel_world_size=1, data_parallel_rank=0, tpu=False, is_fsdp=False, cfg=cfg,
+                               model=Model(), get_criterion=lambda: None)
+    quiet = logging.getLogger("fairseq.trainer")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # not "Preparing to load checkpoint probe.pt" in every training log
+    with tempfile.TemporaryDirectory() as folder:
+        path = _probe_checkpoint(folder)
+        try:
+            load_checkpoint(stand_in, path)
+        except Exception as exc:
+            return "sret probe" not in str(exc)
+        finally:
+            quiet.setLevel(level)
+    return True
+
+
+def _install_load_error_cause() -> None:
+    trainer_module.Trainer.load_checkpoint = _with_the_cause(trainer_module.Trainer.load_checkpoint)
 
 
 # ---------------------------------------------------------------- cpu_ddp
@@ -545,9 +767,16 @@ FAIRSEQ_ISSUES = "https://github.com/facebookresearch/fairseq/issues/"
 PATCHES = (
     Patch("keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
           batch_by_size_drops_examples, _install_keep_last_batch, FAIRSEQ_ISSUES + "5036"),
+    Patch("model_override_names", "load_checkpoint_to_cpu takes --model-overrides keys that no option has"
+          " and ignores them", fairseq_ignores_unknown_overrides, _install_model_override_names),
     Patch("checkpoint_loading", "load_checkpoint_to_cpu cannot read fairseq's own checkpoints with torch's"
           " safe loading and does not name the file or the cause of a damaged or unsafe one",
           fairseq_loader_fails_on_own_checkpoints, _install_checkpoint_loading, FAIRSEQ_ISSUES + "5610"),
+    Patch("diverse_beam_search", "DiverseBeamSearch returns --beam candidates where the generator reads"
+          " 2 x --beam, and indexes its overlap counts by dataset id (--diverse-beam-groups fails)",
+          diverse_beam_search_fails, _install_diverse_beam_search),
+    Patch("load_error_cause", "Trainer.load_checkpoint hides why the weights do not load ('please ensure that"
+          " the architectures match')", load_errors_hide_their_cause, _install_load_error_cause),
     Patch("cpu_ddp", "DistributedFairseqModel passes device_ids for CPU modules (CPU DDP fails)",
           fairseq_ddp_passes_device_ids_for_cpu, _install_cpu_ddp, FAIRSEQ_ISSUES + "2879"),
     Patch("finished_run", "fairseq-train makes one more update on a run that already reached --max-update"

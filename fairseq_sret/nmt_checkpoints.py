@@ -1,9 +1,10 @@
 """fairseq checkpoints of the translation models, without fairseq: safe loading, damage
 checks, finding the last N, averaging, saving.
 
-**One allow-list policy.** fairseq checkpoints hold one non-tensor global, the run's
-``argparse.Namespace`` (``torch.serialization.get_unsafe_globals_in_checkpoint`` lists
-it). Every load here (and fairseq's own loader, through :mod:`fairseq_sret.fairseq_patches`)
+**One allow-list policy.** fairseq checkpoints hold the run's ``argparse.Namespace`` and,
+after a training with ``--eval-bleu``, numpy arrays (the BLEU counts of its metrics), besides
+tensors (``torch.serialization.get_unsafe_globals_in_checkpoint`` lists these globals). A
+numpy array is data: its elements go through the same restricted unpickler. Every load here (and fairseq's own loader, through :mod:`fairseq_sret.fairseq_patches`)
 runs ``torch.load(weights_only=True)`` inside :func:`allowed_checkpoint_globals`, which
 allows exactly :data:`CHECKPOINT_SAFE_GLOBALS` for the duration of the call; nothing is
 allow-listed process-wide and ``weights_only`` is never turned off.
@@ -29,12 +30,19 @@ import zipfile
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from .atomic_files import replacing
 
-#: The non-tensor globals fairseq-train writes into checkpoints: the run's argparse namespace.
-CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]
+#: The non-tensor globals fairseq-train writes into checkpoints: the run's argparse namespace,
+#: and numpy arrays (fairseq's BLEU validation logs its n-gram counts as arrays, and the metrics
+#: are saved with the training state).
+CHECKPOINT_SAFE_GLOBALS = [
+    argparse.Namespace, np.ndarray, np.dtype, getattr(np, "_core", getattr(np, "core", None)).multiarray._reconstruct,
+    *sorted({type(np.dtype(code)) for code in "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]},
+            key=lambda t: t.__name__),  # the class of each numeric dtype (numpy >= 1.25 pickles it)
+]
 
 EPOCH_PATTERN = re.compile(r"^checkpoint(\d+)\.pt$")
 UPDATE_PATTERN = re.compile(r"^checkpoint_\d+_(\d+)\.pt$")
@@ -75,7 +83,7 @@ class UnsafeCheckpointError(RuntimeError):
         super().__init__(
             f"checkpoint file {path} was refused for safety: it holds Python objects that are"
             f" not allow-listed for torch.load(weights_only=True): {names}. Loading them could"
-            " run their code. fairseq checkpoints hold only tensors and an argparse.Namespace."
+            " run their code. fairseq checkpoints hold only tensors, an argparse.Namespace and numpy arrays."
             " If you trust the file and its source, allow exactly these objects before"
             " loading it: torch.serialization.add_safe_globals([...]) with the classes or"
             " functions named above (or the context manager torch.serialization.safe_globals);"
@@ -130,6 +138,7 @@ def _is_refused_global(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, pickle.UnpicklingError) and (
         "Unsupported global" in text or "GLOBAL" in text and "weights_only" in text
+        or "allowlisted via `add_safe_globals`" in text
     )
 
 
@@ -178,6 +187,22 @@ def clear_load_error(path, exc: BaseException) -> Optional[Exception]:
     return None if reason is None else CorruptCheckpointError(_corrupt_message(path, reason))
 
 
+def not_a_fairseq_checkpoint(path) -> Optional[Exception]:
+    """A ``ValueError`` naming ``path`` when it holds no fairseq training state (no ``cfg`` or
+    ``args``: an image model's checkpoint, a bare state dict), else None."""
+    try:
+        state = load_checkpoint(path)
+    except Exception:
+        return None
+    if isinstance(state, dict) and (state.get("cfg") is not None or state.get("args") is not None):
+        return None
+    what = "a bare state dict" if not isinstance(state, dict) or "model" not in state else "no fairseq configuration"
+    if isinstance(state, dict) and isinstance(state.get("model_name"), str):
+        what = f"an image model's checkpoint ({state['model_name']}, from sret-train-vision)"
+    return ValueError(f"{path} is not a checkpoint of fairseq-train ({what}): give fairseq a checkpoint that"
+                      " fairseq-train saved")
+
+
 # ---------------------------------------------------------------- loading
 def load_checkpoint(path) -> dict:
     """``torch.load`` a fairseq checkpoint onto the CPU with ``weights_only=True``.
@@ -193,6 +218,20 @@ def load_checkpoint(path) -> dict:
         if clear is None:
             raise
         raise clear from None
+
+
+def mismatch_summary(missing: Sequence[str], unexpected: Sequence[str], shapes: Sequence[tuple]) -> str:
+    """Why weights do not load strictly, in one line: how many keys are missing, unexpected or
+    of another shape (``(name, shape in the checkpoint, shape in the model)``), the first of each."""
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
+    if shapes:
+        name, saved, built = shapes[0]
+        parts.append(f"{len(shapes)} of another shape (e.g. {name}: {saved} in the checkpoint, {built} in the model)")
+    return "; ".join(parts)
 
 
 def checkpoint_num_updates(state: dict) -> Optional[int]:

@@ -27,9 +27,19 @@ class UserError(Exception):
     """A mistake in what the user asked for; the command prints its message and exits 1."""
 
 
-def user_errors(prog: str):
+class UsageError(UserError):
+    """A command line that cannot be carried out as given (an option out of range, an output
+    in the way); the command prints its message and exits 2, as argparse does."""
+
+
+#: what each command's one line says after Ctrl-C, by default
+INTERRUPTED = "interrupted; nothing was left half-written (outputs are replaced in one rename): rerun to finish"
+
+
+def user_errors(prog: str, interrupted: str = INTERRUPTED):
     """Decorate a command's ``main``: a user's mistake prints one line, ``PROG: error: ...``,
-    and returns 1 instead of a traceback.
+    and returns 1 (2 for a :class:`UsageError`) instead of a traceback; Ctrl-C prints
+    ``PROG: interrupted...`` (``interrupted``: what to do next) and returns 130.
 
     Mistakes are :class:`UserError`, files that are missing, unreadable or in the way
     (``OSError``), values that do not fit (``ValueError``, which covers text that is not
@@ -51,7 +61,12 @@ def user_errors(prog: str):
                 if os.environ.get("SRET_TRACEBACK"):
                     raise
                 print(f"{prog}: error: {error_message(exc)}", file=sys.stderr)
-                return 1
+                return 2 if isinstance(exc, UsageError) else 1
+            except KeyboardInterrupt:
+                if os.environ.get("SRET_TRACEBACK"):
+                    raise
+                print(f"\n{prog}: {interrupted}", file=sys.stderr)
+                return 130
 
         return wrapper
 
@@ -59,7 +74,8 @@ def user_errors(prog: str):
 
 
 def error_message(exc: BaseException) -> str:
-    """One line naming the problem (a ``KeyError``'s bare key gets a word of context)."""
+    """One line naming the problem (a ``KeyError``'s bare key gets a word of context; the
+    error of a worker process is its own message, not the worker's traceback)."""
     if isinstance(exc, KeyError) and len(exc.args) == 1 and not str(exc.args[0]).count(" "):
         text = f"missing entry {exc.args[0]!r}"
     elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
@@ -67,4 +83,40 @@ def error_message(exc: BaseException) -> str:
     else:
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    tracebacks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if tracebacks:  # a worker's or a subprocess's traceback in the message: its own error, not its frames
+        lines = lines[: tracebacks[0]] + lines[-1:]
     return " ".join(lines) or type(exc).__name__
+
+
+def at_least(minimum, kind=int):
+    """An argparse ``type``: a ``kind`` number >= ``minimum`` (a count of 0 or -5 is refused
+    by name instead of doing nothing, or the wrong thing)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        if not value >= minimum:  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+
+    parse.__name__ = f"{kind.__name__} >= {minimum}"
+    return parse
+
+
+def in_range(low: float, high: float):
+    """An argparse ``type``: a number in [``low``, ``high``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        if not low <= value < high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}), got {text}")
+        return value
+
+    parse.__name__ = f"number in [{low}, {high})"
+    return parse

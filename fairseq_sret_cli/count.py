@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from . import HelpFormatter, user_errors
+from . import HelpFormatter, at_least, user_errors
 
 #: (ours, baseline, vocabulary, embedding sharing, baseline overrides)
 NMT_PAIRS = [
@@ -46,9 +46,9 @@ def get_parser() -> argparse.ArgumentParser:
     v.add_argument("models", nargs="*", help="registered model names (see --list)")
     v.add_argument("--all", action="store_true", help="every registered model")
     v.add_argument("--list", action="store_true", help="list the registered models and exit")
-    v.add_argument("--img-size", type=int, nargs="+", default=None, help="input resolutions (default: the model's own)")
+    v.add_argument("--img-size", type=at_least(1), nargs="+", default=None, help="input resolutions (default: the model's own)")
     v.add_argument("--groups", nargs="+", default=None, help="override SReT attention groups: one 'g0,g1' per stage")
-    v.add_argument("--num-classes", type=int, default=1000)
+    v.add_argument("--num-classes", type=at_least(0), default=1000)
     n = sub.add_parser("nmt", help="translation architectures: parameters", formatter_class=HelpFormatter,
                        description="Parameters of the sret_transformer architectures and fairseq's baselines"
                                    " (markdown table).\n\n  sret-count nmt")
@@ -69,7 +69,10 @@ def count_vision(args, parser) -> list:
         parser.error("name at least one model, or pass --all / --list")
     overrides = {"num_classes": args.num_classes}
     if args.groups:
-        overrides["groups"] = parse_groups(args.groups)
+        try:
+            overrides["groups"] = parse_groups(args.groups)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"--groups: {exc}")
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     rows = []
     print(f"{'model':34s} {'resolution':>10s} {'params':>14s} {'MACs (G)':>10s}")

@@ -16,7 +16,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import HelpFormatter, user_errors
+from . import HelpFormatter, at_least, user_errors
+from .outputs import Outputs
 
 
 @user_errors("sret-evaluate")
@@ -26,43 +27,68 @@ def main(argv=None) -> int:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="checkpoint file to translate with")
     src.add_argument("--checkpoint-dir", help="run folder; with --average-last N averages its last N checkpoints")
-    src.add_argument("--generate-output", help="an existing fairseq-generate output (pieces, no --post-process) to score")
-    p.add_argument("--average-last", type=int, default=0, metavar="N",
-                   help="with --checkpoint-dir: average the last N epoch checkpoints (update checkpoints with --by-update)")
+    src.add_argument("--generate-output",
+                     help="an existing fairseq-generate output (pieces, no --post-process) of --data to score")
+    p.add_argument("--average-last", type=at_least(1), default=None, metavar="N",
+                   help="with --checkpoint-dir: average the last N epoch checkpoints (update checkpoints with --by-update)"
+                        " into CHECKPOINT_DIR/checkpoint.avgN.pt")
     p.add_argument("--by-update", action="store_true", help="average checkpoint_E_U.pt files instead of checkpointE.pt")
     p.add_argument("--subset", default="test", help="test (default), test1, valid")
-    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--beam", type=at_least(1), default=None,
+                   help="beam size (default: 5; with --generate-output, the file's)")
     p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=int, default=8000)
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--max-tokens", type=at_least(1), default=8000)
+    p.add_argument("--batch-size", type=at_least(1), default=None)
     p.add_argument("--cpu", action="store_true", help="translate on the CPU even if a GPU is present")
     p.add_argument("--generate-args", default="", help="extra fairseq-generate arguments, e.g. \"--max-len-b 50\"")
     p.add_argument("--output-dir", default=None, help="where hypotheses and results go (default: CHECKPOINT_DIR/eval)")
+    p.add_argument("--force", action="store_true",
+                   help="replace outputs this command did not make, or made with other settings (another"
+                        " checkpoint, beam, subset...)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--verbose", action="store_true", help="show fairseq-generate's log")
     args = p.parse_args(argv)
+    if args.generate_output is not None:
+        for name in ("average_last", "by_update", "batch_size", "generate_args", "cpu"):
+            if getattr(args, name) not in (None, False, ""):
+                p.error(f"--{name.replace('_', '-')} does nothing with --generate-output (nothing is translated)")
+    elif args.average_last is not None and not args.checkpoint_dir:
+        p.error("--average-last averages the checkpoints of a run folder: give --checkpoint-dir")
 
-    from .evaluation.evaluate import evaluate, format_report
+    from .evaluation.evaluate import evaluate, format_report, output_files
 
-    checkpoint = args.checkpoint
+    checkpoint, beam = args.checkpoint, args.beam if args.beam is not None or args.generate_output else 5
     if args.checkpoint_dir:
-        from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+        from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints
 
         run_dir = Path(args.checkpoint_dir)
-        if args.average_last > 1:
+        if args.average_last and args.average_last > 1:
             by = "update" if args.by_update else "epoch"
             paths = last_n_checkpoints(run_dir, args.average_last, by=by)
+            averaged = Outputs("sret-evaluate", force=args.force, inputs=paths,
+                               settings={"average_last": args.average_last, "by": by})
             print(f"[evaluate] averaging {[p.name for p in paths]}", file=sys.stderr)
-            checkpoint = save_checkpoint(average_checkpoints(paths), run_dir / f"checkpoint.avg{args.average_last}.pt")
+            checkpoint = averaged.save(average_checkpoints(paths), run_dir / f"checkpoint.avg{args.average_last}.pt")
         else:
             checkpoint = run_dir / "checkpoint_best.pt"
             if not checkpoint.is_file():
                 checkpoint = run_dir / "checkpoint_last.pt"
+    source = Path(checkpoint) if checkpoint else Path(args.generate_output)
+    output_dir = Path(args.output_dir) if args.output_dir else source.parent / "eval"
+    settings = {"data": str(Path(args.data).resolve()), "subset": args.subset,
+                "checkpoint": str(source.resolve()), "beam": beam, "lenpen": args.lenpen,
+                "generate_args": args.generate_args}
+    if args.generate_output:
+        settings = {"data": settings["data"], "subset": args.subset, "generate_output": settings["checkpoint"]}
+    outputs = Outputs("sret-evaluate", force=args.force, settings=settings, inputs=[source, args.data])
+    written = [output_dir / name for name in output_files(args.subset, generated=not args.generate_output)]
+    outputs.check(written, fix="give another --output-dir, or pass --force to replace them (nothing else is touched)")
     report = evaluate(
-        args.data, checkpoint=checkpoint, subset=args.subset, output_dir=args.output_dir,
-        generate_output=args.generate_output, beam=args.beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
+        args.data, checkpoint=checkpoint, subset=args.subset, output_dir=output_dir,
+        generate_output=args.generate_output, beam=beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
         batch_size=args.batch_size, cpu=args.cpu, extra_args=shlex.split(args.generate_args), verbose=args.verbose,
     )
+    outputs.record(*written)
     print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else format_report(report))
     return 0
 

@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import HelpFormatter, user_errors
+from . import HelpFormatter, at_least, user_errors
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -26,30 +26,36 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="prepared data-bin (default: the file's 'data')")
     p.add_argument("--output", default=None, help="folder of the runs (default: runs/experiments/NAME)")
     p.add_argument("--results", default="docs/results", help="where NAME.json/.md and the plots go (default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=1, help="trainings side by side (default: 1)")
+    p.add_argument("--jobs", type=at_least(1), default=1, help="trainings side by side (default: 1)")
     p.add_argument("--rows", nargs="+", default=None, help="only these row ids")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="only these seeds (every selected row)")
+    p.add_argument("--seeds", type=at_least(0), nargs="+", default=None, help="only these seeds (every selected row)")
     p.add_argument("--cpu", action="store_true", help="train and translate on the CPU")
-    p.add_argument("--max-update", type=int, default=None, help="override the file's update cap (smoke runs)")
-    p.add_argument("--max-epoch", type=int, default=None, help="override the file's epoch cap (smoke runs)")
-    p.add_argument("--progress-interval", type=float, default=60.0, help="seconds between progress lines (default: 60)")
-    p.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+    p.add_argument("--max-update", type=at_least(1), default=None, help="override the file's update cap (smoke runs)")
+    p.add_argument("--max-epoch", type=at_least(1), default=None, help="override the file's epoch cap (smoke runs)")
+    p.add_argument("--progress-interval", type=at_least(0.0, float), default=60.0,
+                   help="seconds between progress lines (default: 60; 0: none)")
+    p.add_argument("--time-limit", type=at_least(0.0, float), default=None, metavar="MINUTES",
                    help="start no run after this many minutes and stop the trainings still going (they resume"
                         " from their last checkpoint in the same --output folder)")
     p.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train nothing")
     p.add_argument("--dry-run", action="store_true", help="print the training commands and exit")
     p.add_argument("--note", default="", help="a note on the machine recorded with the results (e.g. 'H100, 4 jobs')")
+    p.add_argument("--force", action="store_true",
+                   help="train again from scratch the runs whose folder holds a training with other settings (an"
+                        " edited row), and replace results files this command did not write")
     return p
 
 
-@user_errors("sret-experiments")
+@user_errors("sret-experiments", interrupted="interrupted; the trainings were stopped and the finished runs recorded: rerun the same command to resume")
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     import json
     import time
 
     from .experiment_runner import ExperimentError, load_experiment, run_experiment, train_command, write_results
+    from .experiment_runner.report import check_results_files
     from .experiment_runner.runner import check_data, collect_records, run_paths
+    from .outputs import exclusive
 
     started = time.time()
 
@@ -83,11 +89,15 @@ def main(argv=None) -> int:
         try:
             stored = json.loads(results_file.read_text(encoding="utf-8"))
         except ValueError as exc:
-            print(f"sret-experiments: error: {results_file} is not valid JSON ({exc}); it records the finished"
-                  " runs: restore it (git) or move it away", file=sys.stderr)
-            return 2
-        earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
-        known = {f"{r['row']}/seed{r['seed']}": r for r in stored.get("runs", []) if r.get("status") == "done"}
+            if not args.force:
+                print(f"sret-experiments: error: {results_file} is not valid JSON ({exc}); it records the finished"
+                      " runs: restore it (git), move it away, or pass --force to replace it", file=sys.stderr)
+                return 2
+            stored = {}
+        if isinstance(stored, dict) and isinstance(stored.get("runs"), list):
+            earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
+            known = {f"{r['row']}/seed{r['seed']}": r for r in stored.get("runs", []) if r.get("status") == "done"}
+    check_results_files(Path(args.results), experiment.name, force=args.force)
 
     def report(*_):
         records = collect_records(experiment, output, known, args.max_update, args.max_epoch)
@@ -97,18 +107,28 @@ def main(argv=None) -> int:
         return write_results(experiment, records, args.results, command, device_note=args.note, earlier=kept)
 
     if not args.report_only:
-        print(f"[experiments] {experiment.name}: {len(experiment.runs())} runs of {len(experiment.rows)} rows,"
-              f" {args.jobs} side by side; runs in {output}", file=sys.stderr)
-        try:
-            run_experiment(experiment, data, output, jobs=args.jobs, cpu=args.cpu, max_update=args.max_update,
-                           max_epoch=args.max_epoch, progress_interval=args.progress_interval,
-                           on_run_done=report, known=known,
-                           deadline=None if args.time_limit is None else started + 60 * args.time_limit)
-        except RuntimeError as exc:
-            report()
-            print(f"sret-experiments: error: {exc}", file=sys.stderr)
-            return 1
-    written = report()
+        # one sret-experiments per output folder: a second would train the same runs at once
+        with exclusive(output, command):
+            print(f"[experiments] {experiment.name}: {len(experiment.runs())} runs of {len(experiment.rows)} rows,"
+                  f" {args.jobs} side by side; runs in {output}", file=sys.stderr)
+            try:
+                run_experiment(experiment, data, output, jobs=args.jobs, cpu=args.cpu, max_update=args.max_update,
+                               max_epoch=args.max_epoch, progress_interval=args.progress_interval,
+                               on_run_done=report, known=known, force=args.force,
+                               deadline=None if args.time_limit is None else started + 60 * args.time_limit)
+            except ExperimentError as exc:  # runs trained with other settings: nothing was started
+                print(f"sret-experiments: error: {exc}", file=sys.stderr)
+                return 2
+            except RuntimeError as exc:
+                report()
+                print(f"sret-experiments: error: {exc}", file=sys.stderr)
+                return 1
+            except KeyboardInterrupt:
+                report()
+                raise
+            written = report()
+    else:
+        written = report()
     for path in written.values():
         print(path)
     return 0

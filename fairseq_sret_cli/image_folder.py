@@ -6,7 +6,7 @@ an optional dependency (``pip install fairseq-sret[vision]``), imported on first
 
 import math
 import os
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -96,6 +96,55 @@ class EvalTransform:
         return to_tensor(img.crop((left, top, left + self.size, top + self.size)))
 
 
+def scan_classes(root: str, classes: Sequence[str]) -> List[Tuple[str, int]]:
+    """``(image path, class index)`` of every image under ``root/<class>``, links followed.
+
+    A folder or image reached twice (a link loop, or a link into another class's folder,
+    which would duplicate images and give them a second label) raises ``ValueError`` naming
+    the link, instead of walking forever or training on mislabelled copies; so does a
+    broken link.
+    """
+    seen: Dict[Tuple[int, int], str] = {}  # (device, inode) -> the first path it was reached by
+
+    def linked(path: str) -> bool:
+        """Does ``path`` pass through a symbolic link below ``root``?"""
+        parts = os.path.relpath(path, root).split(os.sep)
+        return any(os.path.islink(os.path.join(root, *parts[: i + 1])) for i in range(len(parts)))
+
+    def visit(path: str) -> None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise ValueError(f"{path} is a broken link: remove it, or restore what it points to") from None
+        key = (st.st_dev, st.st_ino)
+        if key not in seen:
+            seen[key] = path
+            return
+        link, target = (path, seen[key]) if linked(path) or not linked(seen[key]) else (seen[key], path)
+        if os.path.commonpath([os.path.abspath(target), os.path.abspath(link)]) == os.path.abspath(target):
+            what = "a link loop"
+        else:
+            what = f"a second path to images of class '{os.path.relpath(target, root).split(os.sep)[0]}'"
+        raise ValueError(f"{link} leads to {target} ({what}): each image must be reached once, in the folder of its"
+                         " class; remove the link, or copy the images")
+
+    visit(root)
+    for name in classes:
+        visit(os.path.join(root, name))
+    samples = []
+    for index, name in enumerate(classes):
+        for dirpath, dirnames, files in os.walk(os.path.join(root, name), followlinks=True):
+            dirnames.sort()
+            for sub in dirnames:
+                visit(os.path.join(dirpath, sub))
+            for file in sorted(files):
+                if file.lower().endswith(IMG_EXTENSIONS):
+                    path = os.path.join(dirpath, file)
+                    visit(path)
+                    samples.append((path, index))
+    return sorted(samples)
+
+
 class ImageFolder(Dataset):
     """``root/<class>/<image>`` -> ``(image tensor, class index)`` (plus the index with
     ``return_index=True``, used to look up pre-computed teacher logits)."""
@@ -108,12 +157,7 @@ class ImageFolder(Dataset):
         if not self.classes:
             raise FileNotFoundError(f"no class sub-folders in {root!r}")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        self.samples: List[Tuple[str, int]] = []
-        for c in self.classes:
-            for dirpath, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True)):
-                for name in sorted(files):
-                    if name.lower().endswith(IMG_EXTENSIONS):
-                        self.samples.append((os.path.join(dirpath, name), self.class_to_idx[c]))
+        self.samples: List[Tuple[str, int]] = scan_classes(root, self.classes)
         if not self.samples:
             raise FileNotFoundError(f"no images ({', '.join(IMG_EXTENSIONS)}) under {root!r}")
         self.transform = transform

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from . import HelpFormatter, user_errors
+from .outputs import Outputs
 
 
 @user_errors("sret-plot-lrc")
@@ -23,6 +24,7 @@ def main(argv=None) -> int:
     p.add_argument("--output", default=None, help="PNG to write (default: RUN_DIR/lrc.png)")
     p.add_argument("--table", action="store_true", help="also print the table when matplotlib is available")
     p.add_argument("--title", default="LRC coefficients")
+    p.add_argument("--force", action="store_true", help="replace an output file this command did not make")
     args = p.parse_args(argv)
 
     from .evaluation import lrc
@@ -35,6 +37,10 @@ def main(argv=None) -> int:
     else:
         paths = [Path(x) for x in args.inputs]
         run_dir = paths[0].parent
+    output = Path(args.output) if args.output else run_dir / "lrc.png"
+    outputs = Outputs("sret-plot-lrc", force=args.force, inputs=paths,
+                      settings={"inputs": [str(Path(x).resolve()) for x in args.inputs], "title": args.title})
+    outputs.check([output])
     print(f"[lrc] reading {len(paths)} checkpoints", file=sys.stderr)
     traj = lrc.collect(paths)
     try:
@@ -47,7 +53,9 @@ def main(argv=None) -> int:
         print("[lrc] matplotlib is not installed (pip install 'fairseq-sret[plot]'): printed a table instead of "
               "the plot", file=sys.stderr)
         return 0
-    out = lrc.plot(traj, args.output or run_dir / "lrc.png", title=args.title)
+    with outputs.writing(output) as tmp:
+        lrc.plot(traj, tmp, title=args.title)
+    out = output
     print(f"[lrc] wrote {out}", file=sys.stderr)
     print(out)
     return 0

@@ -17,12 +17,14 @@ wmt14     WMT'14 En-De: Europarl v7 + Common Crawl + News Commentary v9, newstes
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from . import HelpFormatter, user_errors
+from . import HelpFormatter, UsageError, UserError, at_least, user_errors
+from .outputs import Outputs
 
 #: name -> (default output, vocabulary, source language, target language, --src help)
 DATASETS = {
@@ -47,18 +49,33 @@ def get_parser() -> argparse.ArgumentParser:
                                        f"  sret-prepare {name} --src DIR --out {out}")
         s.add_argument("--src", metavar="PATH", default=None,
                        help=src_help + ". Default: download from the official source.")
-        s.add_argument("--out", metavar="DIR", default=out, help="output data-bin (default: %(default)s)")
-        s.add_argument("--vocab-size", type=int, default=vocab, help="joint SentencePiece vocabulary (default: %(default)s)")
+        s.add_argument("--out", metavar="DIR", default=out,
+                       help="output data-bin (default: %(default)s); other files in it are left alone")
+        s.add_argument("--vocab-size", type=at_least(2), default=vocab,
+                       help="joint SentencePiece vocabulary (default: %(default)s; a small corpus gives fewer"
+                            " pieces, and sret_data.json records the real size)")
         s.add_argument("--source-lang", default=src_lang, help="default: %(default)s")
         s.add_argument("--target-lang", default=tgt_lang, help="default: %(default)s")
-        s.add_argument("--workers", type=int, default=1, help="processes for tokenization and binarisation (default: 1)")
+        s.add_argument("--workers", type=at_least(1), default=1,
+                       help="processes for tokenization and binarisation (default: 1)")
         s.add_argument("--work-dir", metavar="DIR", default=None,
                        help="where downloads and extracted archives go (default: OUT/orig)")
-        s.add_argument("--force", action="store_true", help="rebuild even if OUT already holds a prepared data-bin")
+        s.add_argument("--force", action="store_true",
+                       help="rebuild even if OUT already holds a data-bin (made with other settings, or not by"
+                            " this command); files of the data-bin's names are replaced, never --src")
         if name == "wmt14":
-            s.add_argument("--input-sentence-size", type=int, default=4_000_000,
+            s.add_argument("--input-sentence-size", type=at_least(0), default=4_000_000,
                            help="sentences sampled to train SentencePiece (default: %(default)s; 0 = all)")
     return p
+
+
+def settings_of(args) -> dict:
+    """The options that decide a data-bin's content (recorded with its files)."""
+    settings = {"dataset": args.dataset, "vocab_size": args.vocab_size, "source_lang": args.source_lang,
+                "target_lang": args.target_lang}
+    if args.dataset == "wmt14":
+        settings["input_sentence_size"] = args.input_sentence_size
+    return settings
 
 
 def _already_prepared(out: Path, args) -> bool:
@@ -66,34 +83,64 @@ def _already_prepared(out: Path, args) -> bool:
 
     if not (out / METADATA).is_file() or args.force:
         return False
-    meta = json.loads((out / METADATA).read_text(encoding="utf-8"))
-    same = (meta.get("options", {}).get("vocab_size") == args.vocab_size
+    try:
+        meta = json.loads((out / METADATA).read_text(encoding="utf-8"))
+        options = meta.get("options", {})
+    except (ValueError, AttributeError):  # not ours: the output rule decides
+        return False
+    asked = options.get("requested_vocab_size", options.get("vocab_size"))
+    return (meta.get("recipe") == args.dataset and asked == args.vocab_size
             and (meta.get("source_lang"), meta.get("target_lang")) == (args.source_lang, args.target_lang))
-    if not same:
-        print(f"[prepare] {out} was prepared with other settings: rebuilding", file=sys.stderr)
-    return same
 
 
-def replace_folder(new: Path, out: Path, keep: Path) -> None:
-    """Put the finished data-bin ``new`` at ``out``; ``keep`` (the downloads), if inside the
-    old ``out``, moves along."""
-    if out.exists():
-        if keep.is_dir() and keep.parent.resolve() == out.resolve():
-            os.replace(keep, new / keep.name)
-        old = out.parent / f".{out.name}.replaced"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(new, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(new, out)
+def data_bin_names(src_lang: str, tgt_lang: str):
+    """Whether a file name (relative to OUT) may be one a data-bin of this pair holds."""
+    langs = f"({re.escape(src_lang)}|{re.escape(tgt_lang)})"
+    pair = f"{re.escape(src_lang)}-{re.escape(tgt_lang)}"
+    pattern = re.compile(
+        rf"^(sret_data\.json|spm\.(model|vocab)|preprocess\.log|dict\.{langs}\.txt"
+        rf"|(train|valid|test\d*)\.{pair}\.{langs}\.(bin|idx)"
+        rf"|text/(train|valid|test\d*|spm_input)(\.(sp|raw))?\.{langs})$")
+    return lambda name: bool(pattern.match(name))
 
 
-@user_errors("sret-prepare")
+def _files_under(folder: Path) -> list:
+    """Files below ``folder`` (relative names)."""
+    return sorted(Path(root, f).relative_to(folder).as_posix() for root, _, files in os.walk(folder) for f in files)
+
+
+def _data_bin_candidates(out: Path, expected) -> list:
+    """The files in ``out`` and ``out/text`` (where a data-bin's files go) that have a data-bin's names."""
+    if not out.is_dir():
+        return []
+    names = [p.name for p in out.iterdir() if not p.is_dir() or p.is_symlink()]
+    if (out / "text").is_dir():
+        names += [f"text/{p.name}" for p in (out / "text").iterdir()]
+    return sorted(name for name in names if expected(name))
+
+
+def install(staging: Path, out: Path, outputs: Outputs, expected) -> list:
+    """Move every file of the finished data-bin ``staging`` into ``out`` (each in one rename,
+    ``sret_data.json`` last: a data-bin with it is complete); the files an earlier
+    preparation made that this one does not are removed. Returns the relative names."""
+    from .data.common import METADATA
+
+    names = _files_under(staging)
+    outputs.check([out / name for name in names])
+    for name in sorted(names, key=lambda n: n == METADATA):
+        outputs.move_in(staging / name, out / name)
+    for name in _data_bin_candidates(out, expected):
+        if name not in names:
+            outputs.remove(out / name)
+    return names
+
+
+@user_errors("sret-prepare", interrupted="interrupted; OUT was not changed (downloads stay in the work folder):"
+                                         " rerun the same command to continue")
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
     from .data import iwslt14, multi30k, wmt14
-    from .data.download import DownloadError
+    from .data.download import DownloadError, is_archive
 
     prepare = {"multi30k": multi30k.prepare, "iwslt14": iwslt14.prepare, "wmt14": wmt14.prepare}[args.dataset]
     extra = {"input_sentence_size": args.input_sentence_size} if args.dataset == "wmt14" else {}
@@ -102,26 +149,36 @@ def main(argv=None) -> int:
         print(f"[prepare] {out} is already prepared (use --force to rebuild)", file=sys.stderr)
         print(out)
         return 0
-    if out.exists() and not out.is_dir():
-        print(f"sret-prepare: error: {out} is a file, not a folder", file=sys.stderr)
-        return 1
-    start = time.time()
-    # built beside OUT and moved into place when complete: a failure leaves OUT as it was
-    staging = out.parent / f".{out.name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
+    src = Path(args.src) if args.src else None
+    if src is not None and not src.exists():
+        raise UsageError(f"--src {src} does not exist")
+    outputs = Outputs("sret-prepare", force=args.force, settings=settings_of(args), inputs=[src])
+    expected = data_bin_names(args.source_lang, args.target_lang)
+    # everything in the way, before the long work: what a data-bin of these names would replace
+    outputs.check([out / name for name in _data_bin_candidates(out, expected)], folders=[out])
     work_dir = Path(args.work_dir) if args.work_dir else out / "orig"  # downloads stay for a retry
+    uses_work_dir = src is None or src.is_file() or any(p.is_file() and is_archive(p) for p in src.iterdir())
+    downloads = Outputs("sret-prepare", force=args.force)
+    if uses_work_dir and args.work_dir is None and work_dir.exists() and not downloads.made_by_me(work_dir):
+        downloads.check([work_dir], fix="give another --work-dir, or pass --force to use that folder for downloads")
+    start = time.time()
+    made_out = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    # built in a hidden folder inside OUT, then moved in file by file: a failure leaves OUT as it was
+    staging = out / f".sret-prepare.{os.getpid()}"
     try:
         prepare(staging, src=args.src, src_lang=args.source_lang, tgt_lang=args.target_lang,
                 vocab_size=args.vocab_size, workers=args.workers, work_dir=work_dir, **extra)
-    except (DownloadError, OSError, ValueError) as exc:
+        if uses_work_dir and args.work_dir is None and not downloads.made_by_me(work_dir):
+            downloads.record(work_dir)
+        install(staging, out, outputs, expected)
+    except DownloadError as exc:
+        raise UserError(str(exc)) from None
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        print(f"sret-prepare: error: {exc}", file=sys.stderr)
-        return 1
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    replace_folder(staging, out, keep=work_dir)
-    print(f"[prepare] finished in {time.time() - start:.0f}s", file=sys.stderr)
+        if made_out and not any(out.iterdir()):  # a failure leaves no trace of an OUT it made
+            out.rmdir()
+    print(f"[prepare] data-bin ready: {out} (in {time.time() - start:.0f}s)", file=sys.stderr)
     print(out)
     return 0
 

@@ -16,8 +16,10 @@ Usage: ``sret-toy-data OUT_DIR`` (or ``python -m fairseq_sret_cli.toy_data OUT_D
 
 import argparse
 import itertools
-import sys
+import os
 import random
+import shutil
+import sys
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
 
@@ -117,7 +119,7 @@ def build_model(arch: str, vocab_size: int = 30, task=None, **overrides):
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     task = ToyTask(vocab_size) if task is None else task
-    args = architecture_args(arch, **overrides)  # registers the sret_transformer architectures first
+    args = architecture_args(arch, **overrides)  # first: it registers our architectures
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
 
 
@@ -128,10 +130,25 @@ def main(argv=None) -> int:
         description="Write the reversal toy corpus (reverse the words, map w<i> to v<i>) as"
                     " {train,valid,test}.{src,tgt} for fairseq-preprocess.\n\n  sret-toy-data data/toy",
     )
-    parser.add_argument("out_dir", help="folder to write the split files to")
+    parser.add_argument("out_dir", help="folder to write the split files to (other files in it are left alone)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace split files this command did not make (or made with another seed)")
     args = parser.parse_args(argv)
-    folder = write_reversal_corpus(args.out_dir, seed=args.seed)
+    from .outputs import Outputs
+
+    folder = Path(args.out_dir)
+    outputs = Outputs("sret-toy-data", force=args.force, settings={"seed": args.seed})
+    names = [f"{split}.{side}" for split, _ in SPLITS for side in ("src", "tgt")]
+    outputs.check([folder / name for name in names], folders=[folder])
+    # written aside, then each split file renamed into place
+    staging = folder / f".sret-toy-data.{os.getpid()}"
+    try:
+        write_reversal_corpus(staging, seed=args.seed)
+        for name in names:
+            outputs.move_in(staging / name, folder / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     print(f"wrote {', '.join(f'{s}.src/.tgt ({n} lines)' for s, n in SPLITS)} to {folder}")
     return 0
 

@@ -33,38 +33,41 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 
 from fairseq_sret.core.depth import DepthControl
 from fairseq_sret.core.mixed_depth import check_mixed_depth, parse_mixed_depth
+from fairseq_sret.nmt_checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision import create_model, load_checkpoint
 from .image_folder import EvalTransform, ImageFolder, TrainTransform
 from .vision_training import TrainConfig, autocast_settings, evaluate, train
-from . import HelpFormatter, UserError, user_errors
+from . import HelpFormatter, UsageError, UserError, at_least, in_range, user_errors
+from .outputs import OutputInTheWay, Outputs
 
 
 def get_parser():
     p = argparse.ArgumentParser(prog="sret-train-vision", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="folder with train/ and val/ ImageFolder splits")
     p.add_argument("--model", default="sret_t", help="registered model name")
-    p.add_argument("--img-size", type=int, default=None, help="input resolution (default: the model's)")
-    p.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate (default: the model's)")
-    p.add_argument("--epochs", type=int, default=300)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--min-lr", type=float, default=1e-5)
-    p.add_argument("--warmup-lr", type=float, default=1e-6)
-    p.add_argument("--warmup-epochs", type=float, default=5)
-    p.add_argument("--weight-decay", type=float, default=0.05)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--clip-grad", type=float, default=None, help="max gradient norm (default: none)")
+    p.add_argument("--img-size", type=at_least(1), default=None, help="input resolution (default: the model's)")
+    p.add_argument("--drop-path", type=in_range(0.0, 1.0), default=None, help="stochastic depth rate (default: the model's)")
+    p.add_argument("--epochs", type=at_least(1), default=300)
+    p.add_argument("--batch-size", type=at_least(1), default=128)
+    p.add_argument("--lr", type=at_least(0.0, float), default=1e-3)
+    p.add_argument("--min-lr", type=at_least(0.0, float), default=1e-5)
+    p.add_argument("--warmup-lr", type=at_least(0.0, float), default=1e-6)
+    p.add_argument("--warmup-epochs", type=at_least(0.0, float), default=5)
+    p.add_argument("--weight-decay", type=at_least(0.0, float), default=0.05)
+    p.add_argument("--label-smoothing", type=in_range(0.0, 1.0), default=0.1)
+    p.add_argument("--clip-grad", type=at_least(0.0, float), default=None, help="max gradient norm (default: none)")
     p.add_argument("--teacher-logits", default=None,
                    help="file from --dump-logits: soft distillation from these logits")
     p.add_argument("--teacher", default=None, help="teacher model name: on-line soft distillation")
     p.add_argument("--teacher-checkpoint", default=None, help="weights of --teacher")
-    p.add_argument("--distill-temperature", type=float, default=1.0)
+    p.add_argument("--distill-temperature", type=at_least(1e-6, float), default=1.0)
     p.add_argument("--mixed-depth", default="",
                    help="mixed-depth training (the paper's explicit deep supervision): shallower depths"
                         " trained with the full depth, comma-separated DEPTH[:WEIGHT] (weight 1 if"
@@ -78,14 +81,20 @@ def get_parser():
     p.add_argument("--resume", default=None, help="checkpoint_last.pt of an interrupted run")
     p.add_argument("--eval-only", action="store_true")
     p.add_argument("--dump-logits", default=None, help="write the model's logits on train/ to this file")
-    p.add_argument("--output", default=None, help="folder for checkpoints and log.jsonl")
+    p.add_argument("--output", default=None,
+                   help="folder for checkpoints and log.jsonl (required to train); a folder holding a run is"
+                        " continued only with --resume OUTPUT/checkpoint_last.pt")
+    p.add_argument("--no-save", action="store_true", help="train without --output: a trial run that keeps nothing")
+    p.add_argument("--force", action="store_true",
+                   help="start over in an --output that holds a run (its checkpoints and log.jsonl are replaced),"
+                        " or replace a --dump-logits file this command did not make")
     p.add_argument("--device", default="auto")
     p.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
                    help="mixed precision; auto = on for CUDA")
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    p.add_argument("--workers", type=at_least(0), default=min(8, os.cpu_count() or 1))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-steps-per-epoch", type=int, default=None, help="for smoke tests")
-    p.add_argument("--log-interval", type=int, default=50)
+    p.add_argument("--max-steps-per-epoch", type=at_least(1), default=None, help="for smoke tests")
+    p.add_argument("--log-interval", type=at_least(0), default=50)
     p.add_argument("--compile", action="store_true",
                    help="run the model through torch.compile (training and evaluation; every model"
                         " compiles without graph breaks); checkpoints keep the plain parameter names")
@@ -105,7 +114,9 @@ def build_loader(dataset, batch_size, shuffle, workers, device):
 
 def load_teacher_logits(path, dataset):
     """Teacher logits aligned with ``dataset`` order, looked up by relative image path."""
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    data = load_checkpoint_file(path)
+    if not isinstance(data, dict) or not {"samples", "logits"} <= set(data):
+        raise UserError(f"{path} is not a teacher-logits file (make one with --dump-logits)")
     index = {s: i for i, s in enumerate(data["samples"])}
     missing = [dataset.relative_path(i) for i in range(len(dataset)) if dataset.relative_path(i) not in index]
     if missing:
@@ -115,7 +126,7 @@ def load_teacher_logits(path, dataset):
 
 
 @torch.no_grad()
-def dump_logits(model, dataset, path, batch_size, workers, device, amp):
+def dump_logits(model, dataset, path, batch_size, workers, device, amp, outputs: Outputs):
     enabled, dtype, _ = amp
     model.eval()
     chunks = []
@@ -123,24 +134,104 @@ def dump_logits(model, dataset, path, batch_size, workers, device, amp):
         with torch.autocast(device.type, dtype=dtype, enabled=enabled):
             chunks.append(model(images.to(device)).float().cpu())
     samples = [dataset.relative_path(i) for i in range(len(dataset))]
-    torch.save({"samples": samples, "logits": torch.cat(chunks), "classes": dataset.classes}, path)
+    outputs.save({"samples": samples, "logits": torch.cat(chunks), "classes": dataset.classes}, path)
+
+
+#: what a training run writes in --output
+RUN_FILES = ("checkpoint_best.pt", "checkpoint_last.pt", "log.jsonl")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name}: not a device; give cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: CUDA is not available to this torch ({torch.__version__}); use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: there are {torch.cuda.device_count()} CUDA devices")
+    return device
+
+
+def check_options(args, parser) -> bool:
+    """Refuse option combinations that would do nothing, or nothing useful; returns whether
+    the command trains."""
+    training = not (args.eval_only or args.dump_logits)
+    if args.eval_only and args.dump_logits:
+        parser.error("give --eval-only or --dump-logits, not both")
+    if not training:
+        for name in ("output", "resume", "no_save", "teacher", "teacher_logits", "mixed_depth"):
+            if getattr(args, name):
+                parser.error(f"--{name.replace('_', '-')} does nothing with --eval-only or --dump-logits"
+                             " (nothing is trained)")
+        if not args.checkpoint and not args.finetune:
+            parser.error("--eval-only and --dump-logits need the weights to use: give --checkpoint")
+    elif not args.output and not args.no_save:
+        parser.error("--output DIR is required to train (checkpoints and log.jsonl go there); --no-save trains"
+                     " a trial run that keeps nothing")
+    elif args.output and args.no_save:
+        parser.error("--output and --no-save contradict each other")
+    if args.teacher_checkpoint and not args.teacher:
+        parser.error("--teacher-checkpoint holds the weights of --teacher: give --teacher too")
+    return training
+
+
+def check_run_folder(args, outputs: Outputs) -> None:
+    """A folder that holds a run is continued only with ``--resume OUTPUT/checkpoint_last.pt``
+    (else its trained model would be replaced by an untrained one and its log get a second
+    history) or started over with ``--force``."""
+    out = Path(args.output)
+    outputs.check([], folders=[out])
+    present = [name for name in RUN_FILES if (out / name).exists()]
+    last = out / "checkpoint_last.pt"
+    continuing = bool(args.resume) and last.exists() and os.path.exists(args.resume) and os.path.samefile(args.resume, last)
+    if present and not continuing:
+        if not args.force:
+            raise OutputInTheWay(
+                f"{out} holds a run ({', '.join(present)}): continue it with --resume {last}, give another --output,"
+                f" or pass --force to start over (replaces {', '.join(present)}; nothing else is touched)")
+        (out / "log.jsonl").unlink(missing_ok=True)  # a new run, a new log
+
+
+def load_weights(model, path, model_name: str, strict: bool = True) -> None:
+    """Load ``path`` into ``model`` (read through the checkpoint allow-list); a checkpoint
+    saved by this command for another model is refused naming it."""
+    state = load_checkpoint_file(path)
+    saved = state.get("model_name") if isinstance(state, dict) else None
+    if strict and isinstance(saved, str) and saved != model_name:
+        raise UsageError(f"{path} holds a {saved} model ({state.get('model_kwargs')}), not {model_name}:"
+                         f" pass --model {saved}")
+    try:
+        load_checkpoint(model, state, strict=strict)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path}: {exc}") from None
 
 
 def run(argv=None) -> dict:
     """Parse ``argv`` and train, evaluate or dump logits; returns the last statistics."""
     parser = get_parser()
     args = parser.parse_args(argv)
+    training = check_options(args, parser)
     logging.getLogger("PIL").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
+    device = resolve_device(args.device)
+    outputs = Outputs("sret-train-vision", force=args.force,
+                      inputs=[args.checkpoint, args.finetune, args.resume, args.teacher_logits, args.teacher_checkpoint])
+    if args.dump_logits:
+        outputs.check([args.dump_logits])
+    if training and args.output:
+        check_run_folder(args, outputs)
     torch.manual_seed(args.seed)
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     amp = autocast_settings(device, args.amp)
     train_dir, val_dir = os.path.join(args.data, "train"), os.path.join(args.data, "val")
     has_train, has_val = os.path.isdir(train_dir), os.path.isdir(val_dir)
-    training = not (args.eval_only or args.dump_logits)
-    if training and not has_train:
+    if (training or args.dump_logits) and not has_train:
         raise UserError(f"no training split {train_dir}")
+    if not has_train and not has_val:
+        raise UserError(f"{args.data} holds neither train/ nor val/ (an ImageFolder: SPLIT/CLASS/IMAGE)")
     if args.teacher_logits and args.teacher:
-        raise UserError("give --teacher-logits or --teacher, not both")
+        raise UsageError("give --teacher-logits or --teacher, not both")
 
     classes = ImageFolder(train_dir if has_train else val_dir).classes
     model_kwargs = {"num_classes": len(classes)}
@@ -159,9 +250,9 @@ def run(argv=None) -> dict:
     except ValueError as exc:
         parser.error(str(exc))
     if args.checkpoint:
-        load_checkpoint(model, args.checkpoint)
+        load_weights(model, args.checkpoint, args.model)
     if args.finetune:
-        load_checkpoint(model, args.finetune, strict=False)
+        load_weights(model, args.finetune, args.model, strict=False)
     model.to(device)
     # the module that runs (compiled or not); ``model`` keeps the parameters and their names
     net = torch.compile(model, mode=args.compile_mode, backend=args.compile_backend) if args.compile else model
@@ -173,7 +264,8 @@ def run(argv=None) -> dict:
     val_loader = build_loader(val_set, args.batch_size, False, args.workers, device) if val_set else None
 
     if args.dump_logits:
-        dump_logits(net, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp)
+        dump_logits(net, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp,
+                    outputs)
         print(json.dumps({"dumped_logits": args.dump_logits}))
         return {"dumped_logits": args.dump_logits}
     if args.eval_only:
@@ -188,8 +280,10 @@ def run(argv=None) -> dict:
     teacher_logits = load_teacher_logits(args.teacher_logits, train_set) if args.teacher_logits else None
     teacher = None
     if args.teacher:
-        teacher = create_model(args.teacher, num_classes=len(classes), img_size=img_size,
-                               checkpoint_path=args.teacher_checkpoint).to(device).eval()
+        teacher = create_model(args.teacher, num_classes=len(classes), img_size=img_size).eval()
+        if args.teacher_checkpoint:
+            load_weights(teacher, args.teacher_checkpoint, args.teacher)
+        teacher.to(device)
         for p in teacher.parameters():
             p.requires_grad_(False)
 
@@ -199,14 +293,24 @@ def run(argv=None) -> dict:
         clip_grad=args.clip_grad, distill_temperature=args.distill_temperature,
         max_steps_per_epoch=args.max_steps_per_epoch, log_interval=args.log_interval,
     )
-    return train(
-        model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
-        teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
-        checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs}, options=vars(args),
-    )
+    try:
+        stats = train(
+            model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
+            teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
+            checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs}, options=vars(args),
+        )
+    except FloatingPointError as exc:
+        last = Path(args.output or "") / "checkpoint_last.pt"
+        again = f"; resume from {last} (the last finished epoch)" if args.output and last.is_file() else ""
+        raise UserError(f"{exc}: training diverged; lower --lr or set --clip-grad{again}") from None
+    if args.output:
+        outputs.record(*(Path(args.output) / name for name in RUN_FILES if (Path(args.output) / name).exists()))
+    return stats
 
 
-@user_errors("sret-train-vision")
+@user_errors("sret-train-vision",
+             interrupted="interrupted; continue with the same command and --resume OUTPUT/checkpoint_last.pt (the last"
+                         " finished epoch)")
 def main(argv=None) -> int:
     run(argv)
     return 0

@@ -13,11 +13,11 @@ The input is never written; an existing output is replaced only with --force.
 """
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from . import HelpFormatter, UserError, user_errors
+from . import HelpFormatter, UserError, at_least, user_errors
+from .outputs import Outputs
 
 
 @user_errors("sret-uptrain")
@@ -31,20 +31,25 @@ def main(argv=None) -> int:
         p.add_argument(f"--{side}-layers", type=int, default=None,
                        help=f"unique {side} layers (default: the original's {side} layers / recursions)")
         p.add_argument(f"--{side}-groups", default="1", help="self-attention groups per recursion (default: 1)")
-    p.add_argument("--nll-ratio", type=float, default=1.0,
+    p.add_argument("--nll-ratio", type=at_least(0.0, float), default=1.0,
                    help="hidden ratio of the NLLs, which start as the identity (default: 1.0; 0 = no NLL)")
     p.add_argument("--no-lrc", action="store_true", help="plain residuals instead of LRC (coefficients 1)")
     p.add_argument("--seed", type=int, default=1, help="seed of the NLLs' other weights (default: 1)")
-    p.add_argument("--force", action="store_true", help="replace the output file if it exists (never the input)")
+    p.add_argument("--force", action="store_true", help="replace an output file this command did not make (never the input)")
     args = p.parse_args(argv)
     for name in ("recursions", "encoder_recursions", "decoder_recursions", "encoder_layers", "decoder_layers"):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    check_output_path(args.input, args.output, args.force)
+    if not Path(args.input).is_file():
+        raise UserError(f"{args.input}: no such checkpoint file")
+    settings = {k: v for k, v in vars(args).items() if k not in ("output", "force")}
+    settings["input"] = str(Path(args.input).resolve())
+    outputs = Outputs("sret-uptrain", force=args.force, settings=settings, inputs=[args.input])
+    outputs.check([args.output])
 
     from fairseq_sret.conversion.uptrain import uptrain_checkpoint
-    from fairseq_sret.nmt_checkpoints import load_checkpoint, save_checkpoint
+    from fairseq_sret.nmt_checkpoints import load_checkpoint
 
     state = load_checkpoint(args.input)
     try:
@@ -58,7 +63,7 @@ def main(argv=None) -> int:
         )
     except (KeyError, ValueError) as exc:
         raise UserError(f"{args.input}: {exc.args[0] if isinstance(exc, KeyError) else exc}") from None
-    out = save_checkpoint(converted, args.output)
+    out = outputs.save(converted, args.output)
     print(f"{args.input}: {report['source_arch']}, {report['source_params']:,} parameters", file=sys.stderr)
     for side, groups in report["groups"].items():
         mapping = ", ".join(f"{'+'.join(map(str, g))} -> {i}" for i, g in enumerate(groups))
@@ -72,19 +77,6 @@ def main(argv=None) -> int:
           + f" --finetune-from-model {out} ...", file=sys.stderr)
     print(" ".join(report["finetune_options"]))
     return 0
-
-
-def check_output_path(source, output, force: bool) -> None:
-    """Refuse to write the input, a folder, or (without ``force``) any existing file."""
-    source, output = Path(source), Path(output)
-    if not source.is_file():
-        raise UserError(f"{source}: no such checkpoint file")
-    if output.is_dir():
-        raise UserError(f"{output} is a folder; give the path of the checkpoint file to write")
-    if output.exists() and os.path.samefile(source, output):
-        raise UserError(f"the output {output} is the input checkpoint; write the converted model to another file")
-    if output.exists() and not force:
-        raise UserError(f"{output} exists; pass --force to replace it")
 
 
 if __name__ == "__main__":

@@ -162,6 +162,9 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         start_epoch, best = state["epoch"] + 1, state.get("best_acc1", -1.0)
+        if start_epoch >= config.epochs:
+            raise ValueError(f"{resume} has trained {start_epoch} epochs, all of the {config.epochs} asked for:"
+                             " nothing to train (raise --epochs to train longer)")
         best_file = os.path.join(os.path.dirname(resume), "checkpoint_best.pt")
         if os.path.isfile(best_file):  # saved after this checkpoint_last.pt when a kill came between
             best = max(best, load_checkpoint_file(best_file).get("best_acc1", -1.0))

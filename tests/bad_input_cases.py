@@ -129,6 +129,126 @@ def exp_case(id_, what, text, message, data_arg="bin", extra_args=()):
                 setup=lambda folder: experiment(folder, text))
 
 
+def images(folder: Path) -> None:
+    """Two classes of four 32x32 images in train/ and val/."""
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            (folder / "images" / split / label).mkdir(parents=True, exist_ok=True)
+            for i in range(4):
+                Image.new("RGB", (32, 32), (i * 40, 0, 0) if label == "a" else (0, i * 40, 0)).save(
+                    folder / "images" / split / label / f"{i}.png")
+
+
+def linked_images(folder: Path, link: str, target: str) -> None:
+    """:func:`images` with a symbolic link ``link`` (under images/train) to ``target``."""
+    images(folder)
+    os.symlink(target, folder / "images" / "train" / link)
+
+
+def vision_checkpoint(folder: Path, name: str = "sret_ext.pt", model: str = "sret_ext", **extra) -> None:
+    """Weights as sret-train-vision saves them (2 classes, 32x32)."""
+    from fairseq_sret.vision import create_model
+    from fairseq_sret.vision.weights import save_checkpoint
+
+    save_checkpoint(create_model(model, num_classes=2, img_size=32), folder / name,
+                    {"model_name": model, "model_kwargs": {"num_classes": 2, "img_size": 32}, **extra})
+
+
+def vision_run(folder: Path, epochs_done: int = 1) -> None:
+    """images/ and out/ holding a run of sret-train-vision after ``epochs_done`` epochs."""
+    import torch
+
+    from fairseq_sret.vision import create_model
+    from fairseq_sret.vision.weights import save_checkpoint
+    from fairseq_sret_cli.vision_training import param_groups
+
+    images(folder)
+    (folder / "out").mkdir()
+    model = create_model("sret_ext", num_classes=2, img_size=32)
+    extra = {"model_name": "sret_ext", "model_kwargs": {"num_classes": 2, "img_size": 32},
+             "epoch": epochs_done - 1, "best_acc1": 50.0}
+    save_checkpoint(model, folder / "out/checkpoint_best.pt", extra)
+    save_checkpoint(model, folder / "out/checkpoint_last.pt", dict(
+        extra, optimizer=torch.optim.AdamW(param_groups(model, 0.05)).state_dict(),
+        scaler=torch.amp.GradScaler("cpu", enabled=False).state_dict()))
+    write(folder, "out/log.jsonl", "".join(f'{{"epoch": {e}}}\n' for e in range(epochs_done)))
+
+
+VISION = ["--data", "images", "--model", "sret_ext", "--img-size", "32", "--batch-size", "4", "--workers", "0",
+          "--epochs", "1", "--warmup-epochs", "0", "--log-interval", "0"]
+
+
+def vision(*args):
+    return ["sret-train-vision", *VISION, *args]
+
+
+def experiment_run(folder: Path, row: str = "  - {id: sret, arch: sret_transformer_tiny, args: --lr 1e-3}\n",
+                   header: str = "name: bound\ntrain: {args: --optimizer adam --max-tokens 500, max_update: 10}\n"
+                                 "eval: {subsets: [test]}\nrows:\n") -> Path:
+    """exp.yaml, a data-bin of empty files, and runs/ holding the run sret/seed1 as the runner
+    leaves it after training with ``row`` (its run.json and a checkpoint)."""
+    import json
+
+    import yaml
+
+    from fairseq_sret_cli.experiment_runner import parse_experiment
+    from fairseq_sret_cli.experiment_runner.runner import run_paths, run_settings, settings_fingerprint, train_command
+
+    write(folder, "exp.yaml", header + row)
+    fake_data_bin(folder)
+    exp = parse_experiment(yaml.safe_load((folder / "exp.yaml").read_text()), folder / "exp.yaml")
+    run = exp.runs()[0]
+    paths = run_paths(folder / "runs", run)
+    settings = run_settings(exp, run, "bin", folder / "runs", False, None, None, None)
+    write(paths.checkpoints, "checkpoint_last.pt", "weights")
+    write(paths.root, "train.log", "log")
+    write(paths.root, "run.json", json.dumps({"status": "training", "command": train_command(exp, run, "bin", paths)[1:],
+                                               "train_settings": settings,
+                                               "train_fingerprint": settings_fingerprint(settings)}))
+    return paths.root
+
+
+GENERATED = "".join(f"S-{i}\tw{i} w2\nT-{i}\tv2 v{i}\nH-{i}\t-0.5\tv2 v{i}\n" for i in range(3)) + \
+    "Generate test with beam=2: BLEU4 = 100.00\n"
+
+
+def scored(folder: Path) -> None:
+    """A data-bin, two fairseq-generate outputs of it, and eval/ holding the first one's scores."""
+    from fairseq_sret_cli.evaluate import main as evaluate
+
+    fake_data_bin(folder, splits=("test",))
+    write(folder, "gen/generate-test.txt", GENERATED)
+    write(folder, "gen/other.txt", GENERATED.replace("-0.5", "-0.7"))
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        evaluate(["--data", str(folder / "bin"), "--generate-output", str(folder / "gen/generate-test.txt"),
+                  "--output-dir", str(folder / "eval")])
+
+
+def three_classes(folder: Path) -> None:
+    """SReT-ExT weights for 3 classes as a bare state dict (no model name to go by)."""
+    import torch
+
+    from fairseq_sret.vision import create_model
+
+    torch.save(create_model("sret_ext", num_classes=3, img_size=32).state_dict(), folder / "three.pt")
+
+
+def _training_options():
+    sys.path.insert(0, str(REPO / "tests"))
+    from cli_helpers import SRET, TRAIN
+
+    return [*SRET, *TRAIN]
+
+
+#: fairseq-train options of a tiny SReT (cli_helpers.SRET + TRAIN)
+SRET_TRAIN = _training_options()
+
+
 # ---------------------------------------------------------------- the cases
 def uptrain(*args):
     return ["sret-uptrain", *args]
@@ -141,15 +261,15 @@ CASES: List[Case] = [
     Case("uptrain-recursions-0", "`--recursions 0`", uptrain("transformer.pt", "out.pt", "--recursions", "0"),
          "--recursions must be at least 1", setup=transformer_checkpoint),
     Case("uptrain-output-is-input", "the output path equal to the input",
-         uptrain("transformer.pt", "./transformer.pt"), "is the input checkpoint", setup=transformer_checkpoint),
+         uptrain("transformer.pt", "./transformer.pt"), "transformer.pt: an input of this command", setup=transformer_checkpoint),
     Case("uptrain-output-is-input-force", "the output path equal to the input, with `--force`",
-         uptrain("transformer.pt", "transformer.pt", "--force"), "is the input checkpoint",
+         uptrain("transformer.pt", "transformer.pt", "--force"), "transformer.pt: an input of this command",
          setup=transformer_checkpoint),
     Case("uptrain-output-exists", "an output path that exists",
-         uptrain("transformer.pt", "out.pt"), "out.pt exists; pass --force",
+         uptrain("transformer.pt", "out.pt"), "out.pt: exists, not made by sret-uptrain; choose another output, or pass --force",
          setup=lambda f: (transformer_checkpoint(f), write(f, "out.pt", "precious"))),
     Case("uptrain-output-folder", "an output path that is a folder",
-         uptrain("transformer.pt", "out"), "is a folder",
+         uptrain("transformer.pt", "out"), "out: a folder (give the path of a file)",
          setup=lambda f: (transformer_checkpoint(f), (f / "out").mkdir())),
     Case("uptrain-not-transformer", "a checkpoint of another architecture (sret_transformer)",
          uptrain("sret.pt", "out.pt"), "uptraining converts fairseq 'transformer' checkpoints",
@@ -216,12 +336,127 @@ CASES: List[Case] = [
          ["sret-average-checkpoints", "--inputs", "run", "--num-epoch-checkpoints", "2", "--output", "avg.pt"],
          "run", setup=lambda f: (f / "run").mkdir()),
     Case("train-vision-missing-data", "`sret-train-vision` with a data folder that does not exist",
-         ["sret-train-vision", "--data", "nope", "--model", "sret_t", "--epochs", "1"], "no training split"),
+         ["sret-train-vision", "--data", "nope", "--model", "sret_t", "--epochs", "1", "--output", "out"],
+         "no training split"),
     Case("train-vision-missing-resume", "`sret-train-vision --resume` of a file that does not exist",
          ["sret-train-vision", "--data", "images", "--model", "sret_ext", "--img-size", "32", "--epochs", "1",
           "--resume", "nope.pt", "--output", "out"], "nope.pt", setup=lambda f: images(f)),
     Case("toy-data-onto-a-file", "`sret-toy-data` onto a path that is a file",
          ["sret-toy-data", "taken"], "taken", setup=lambda f: write(f, "taken", "mine\n")),
+    # outputs in the way, inputs as outputs: the output rule (fairseq_sret_cli/outputs.py)
+    Case("toy-data-over-user-files", "`sret-toy-data` into a folder holding the user's own `train.src`",
+         ["sret-toy-data", "corpus"], "corpus/train.src: exists, not made by sret-toy-data",
+         setup=lambda f: write(f, "corpus/train.src", "my sentences\n")),
+    Case("prepare-over-user-files", "`sret-prepare --out` a folder holding files of a data-bin's names",
+         ["sret-prepare", "multi30k", "--src", "raw", "--out", "project", "--vocab-size", "60"],
+         "project/dict.de.txt: exists, not made by sret-prepare",
+         setup=lambda f: (corpus(f), write(f, "project/dict.de.txt", "my dictionary\n"))),
+    Case("prepare-vocab-size-0", "`sret-prepare --vocab-size 0`",
+         ["sret-prepare", "multi30k", "--src", "raw", "--vocab-size", "0"], "--vocab-size: must be at least 2, got 0"),
+    Case("prepare-workers-0", "`sret-prepare --workers 0`",
+         ["sret-prepare", "multi30k", "--src", "raw", "--workers", "0"], "--workers: must be at least 1, got 0"),
+    Case("average-output-is-input", "`sret-average-checkpoints --output` one of its inputs",
+         ["sret-average-checkpoints", "--inputs", "run", "--num-epoch-checkpoints", "2", "--output",
+          "run/checkpoint2.pt", "--force"], "run/checkpoint2.pt: an input of this command",
+         setup=lambda f: (transformer_checkpoint(f / "run", "checkpoint1.pt"),
+                          transformer_checkpoint(f / "run", "checkpoint2.pt"))),
+    Case("average-output-is-best", "`sret-average-checkpoints --output` the run's `checkpoint_best.pt`",
+         ["sret-average-checkpoints", "--inputs", "run", "--num-epoch-checkpoints", "2", "--output",
+          "run/checkpoint_best.pt"], "run/checkpoint_best.pt: exists, not made by sret-average-checkpoints",
+         setup=lambda f: [transformer_checkpoint(f / "run", name)
+                          for name in ("checkpoint1.pt", "checkpoint2.pt", "checkpoint_best.pt")]),
+    Case("average-negative", "`sret-average-checkpoints --num-epoch-checkpoints -2`",
+         ["sret-average-checkpoints", "--inputs", "run", "--num-epoch-checkpoints", "-2", "--output", "avg.pt"],
+         "--num-epoch-checkpoints: must be at least 1, got -2"),
+    Case("average-unwritable", "`sret-average-checkpoints --output` in `/proc`",
+         ["sret-average-checkpoints", "--inputs", "a.pt", "--output", "/proc/avg.pt"], "/proc/avg.pt",
+         setup=lambda f: transformer_checkpoint(f, "a.pt")),
+    Case("uptrain-nll-ratio-negative", "`sret-uptrain --nll-ratio -1`",
+         uptrain("transformer.pt", "out.pt", "--nll-ratio", "-1"), "--nll-ratio: must be at least 0.0, got -1",
+         setup=transformer_checkpoint),
+    Case("evaluate-again-other-settings", "`sret-evaluate` of another output into a folder holding an evaluation",
+         ["sret-evaluate", "--data", "bin", "--generate-output", "gen/other.txt", "--output-dir", "eval"],
+         "eval/test.hyp and 1 more: made by sret-evaluate with other settings (generate_output=", setup=scored),
+    Case("evaluate-beam-0", "`sret-evaluate --beam 0`",
+         ["sret-evaluate", "--data", "bin", "--checkpoint", "c.pt", "--beam", "0"], "--beam: must be at least 1, got 0"),
+    Case("evaluate-average-negative", "`sret-evaluate --average-last -3`",
+         ["sret-evaluate", "--data", "bin", "--checkpoint-dir", "run", "--average-last", "-3"],
+         "--average-last: must be at least 1, got -3"),
+    Case("evaluate-empty-output", "`sret-evaluate --generate-output` of an empty file",
+         ["sret-evaluate", "--data", "bin", "--generate-output", "empty.txt"], "empty.txt holds no hypotheses",
+         setup=lambda f: (fake_data_bin(f), write(f, "empty.txt", ""))),
+    Case("evaluate-output-other-beam", "`sret-evaluate --generate-output` decoded with beam 2, given `--beam 4`",
+         ["sret-evaluate", "--data", "bin", "--generate-output", "gen/generate-test.txt", "--beam", "4"],
+         "was decoded with beam 2, not --beam 4", setup=scored),
+    Case("evaluate-output-other-subset", "`sret-evaluate --generate-output` of `test` scored as `--subset valid`",
+         ["sret-evaluate", "--data", "bin", "--generate-output", "gen/generate-test.txt", "--subset", "valid"],
+         "translates the subset 'test', not 'valid': pass --subset test",
+         setup=lambda f: (scored(f), fake_data_bin(f, splits=("valid", "test")))),
+    Case("count-img-size-0", "`sret-count vision --img-size 0`", ["sret-count", "vision", "sret_t", "--img-size", "0"],
+         "--img-size: must be at least 1, got 0"),
+    Case("count-bad-groups", "`sret-count vision --groups 8,x`", ["sret-count", "vision", "sret_t", "--groups", "8,x"],
+         "--groups: groups must look like 8,2 4,1 1,1"),
+    Case("experiments-jobs-0", "`sret-experiments --jobs 0`", ["sret-experiments", "exp.yaml", "--jobs", "0"],
+         "--jobs: must be at least 1, got 0"),
+    Case("experiments-negative-counts", "`sret-experiments --seeds -1`",
+         ["sret-experiments", "exp.yaml", "--seeds", "-1"], "--seeds: must be at least 0, got -1"),
+    Case("experiments-max-update-negative", "`sret-experiments --max-update -5`",
+         ["sret-experiments", "exp.yaml", "--max-update", "-5"], "--max-update: must be at least 1, got -5"),
+    Case("experiments-edited-row", "an experiment row edited (its `--lr`) after its run was trained",
+         ["sret-experiments", "exp.yaml", "--data", "bin", "--output", "runs", "--results", "results"],
+         "sret/seed1 was trained in runs/sret/seed1 with other settings (--lr 1e-3 -> 5e-4)",
+         setup=lambda f: (experiment_run(f), write(f, "exp.yaml", (f / "exp.yaml").read_text().replace("1e-3", "5e-4"))),
+         kept=["runs/.sret-lock"]),
+    Case("experiments-foreign-checkpoints", "an output folder whose run folder holds checkpoints it did not record",
+         ["sret-experiments", "exp.yaml", "--data", "bin", "--output", "runs", "--results", "results"],
+         "holds checkpoints that sret-experiments did not record (no run.json)",
+         setup=lambda f: (experiment(f), write(f, "runs/sret/seed1/checkpoints/checkpoint_last.pt", "weights")),
+         kept=["runs/.sret-lock"]),
+    Case("experiments-foreign-results", "a results folder holding the user's own `NAME.md`",
+         ["sret-experiments", "exp.yaml", "--data", "bin", "--output", "runs", "--results", "results"],
+         "results/bad.md: exists, not made by sret-experiments",
+         setup=lambda f: (experiment(f), write(f, "results/bad.md", "my notes\n"))),
+    # sret-train-vision
+    Case("train-vision-no-output", "`sret-train-vision` training without `--output`", vision(),
+         "--output DIR is required to train"),
+    Case("train-vision-epochs-0", "`sret-train-vision --epochs 0`", vision("--output", "out", "--epochs", "0"),
+         "--epochs: must be at least 1, got 0"),
+    Case("train-vision-label-smoothing-2", "`sret-train-vision --label-smoothing 2`",
+         vision("--output", "out", "--label-smoothing", "2"), "--label-smoothing: must be in [0.0, 1.0), got 2"),
+    Case("train-vision-second-run", "a second `sret-train-vision` into the `--output` of a trained run",
+         vision("--output", "out"), "out holds a run (checkpoint_best.pt, checkpoint_last.pt, log.jsonl): continue it"
+         " with --resume out/checkpoint_last.pt", setup=vision_run),
+    Case("train-vision-resume-past-epochs", "`--resume` of a run that trained every epoch of `--epochs`",
+         vision("--output", "out", "--resume", "out/checkpoint_last.pt"),
+         "has trained 1 epochs, all of the 1 asked for: nothing to train", setup=vision_run),
+    Case("train-vision-output-is-a-file", "`sret-train-vision --output` a file", vision("--output", "notes.txt"),
+         "notes.txt: a file, not a folder", setup=lambda f: (images(f), write(f, "notes.txt", "mine\n"))),
+    Case("train-vision-dump-onto-checkpoint", "`--dump-logits` the `--checkpoint` it reads",
+         vision("--checkpoint", "sret_ext.pt", "--dump-logits", "sret_ext.pt", "--force"),
+         "sret_ext.pt: an input of this command", setup=lambda f: (images(f), vision_checkpoint(f))),
+    Case("train-vision-other-model", "`--checkpoint` of another model (sret_t weights for `--model sret_ext`)",
+         vision("--eval-only", "--checkpoint", "sret_t.pt"), "sret_t.pt holds a sret_t model",
+         setup=lambda f: (images(f), vision_checkpoint(f, "sret_t.pt", "sret_t"))),
+    Case("train-vision-other-size", "`--checkpoint` of the same model built for 3 classes (a bare state dict)",
+         vision("--eval-only", "--checkpoint", "three.pt"), "three.pt: the checkpoint's weights do not fit this SReT:"
+         " 2 of another shape (e.g. head.weight: [3, 256] in the checkpoint",
+         setup=lambda f: (images(f), three_classes(f))),
+    Case("train-vision-text-checkpoint", "a text file as `--checkpoint`", vision("--eval-only", "--checkpoint", "notes.pt"),
+         "not a torch checkpoint", setup=lambda f: (images(f), write(f, "notes.pt", "hello\n"))),
+    Case("train-vision-random-checkpoint", "random bytes as `--checkpoint`",
+         vision("--eval-only", "--checkpoint", "noise.pt"), "noise.pt is truncated or corrupted",
+         setup=lambda f: (images(f), (f / "noise.pt").write_bytes(random.Random(0).randbytes(4096)))),
+    Case("train-vision-cuda", "`sret-train-vision --device cuda` on a machine without CUDA",
+         vision("--output", "out", "--device", "cuda"), "--device cuda: CUDA is not available", setup=images),
+    Case("train-vision-nan-loss", "`sret-train-vision --lr 1e30` (the loss becomes NaN)",
+         vision("--output", "out", "--lr", "1e30"), "loss is nan at epoch 0 step 1: training diverged; lower --lr",
+         setup=images, kept=["out"]),
+    Case("train-vision-link-loop", "an image folder with a symbolic link back to its own split",
+         vision("--output", "out"), "images/train/a/loop leads to images/train (a link loop)",
+         setup=lambda f: linked_images(f, "a/loop", "..")),
+    Case("train-vision-sibling-link", "a class folder with a link into another class's folder",
+         vision("--output", "out"), "images/train/a/more leads to images/train/b (a second path to images of class 'b')",
+         setup=lambda f: linked_images(f, "a/more", "../b")),
     # fairseq's commands with our plugin (a trained tiny SReT, the e2e tier)
     *[Case(f"overrides-{name}", f"`--model-overrides \"{override}\"`",
            ["fairseq-generate", "bin", "--user-dir", str(REPO / "fairseq_sret"), "--path", "ckpt/checkpoint_last.pt",
@@ -247,23 +482,36 @@ CASES: List[Case] = [
          ["sret-evaluate", "--data", "other-bin", "--checkpoint", "ckpt/checkpoint_last.pt", "--cpu",
           "--output-dir", "ckpt/eval"], "is not the one the model was trained with", needs_model=True,
          kept=["ckpt/eval"]),
+    *[Case(f"generate-{name}", what,
+           ["fairseq-generate", "bin", "--user-dir", str(REPO / "fairseq_sret"), "--path", path,
+            "--gen-subset", "test", "--beam", "2", "--cpu", *flags], message, style="fairseq", needs_model=True,
+           setup=setup)
+      for name, what, flags, path, message, setup in [
+          ("misspelt-override", "a misspelt override: `--model-overrides \"{'encoder_recursion': 1}\"`",
+           ["--model-overrides", "{'encoder_recursion': 1}"], "ckpt/checkpoint_last.pt",
+           "no option is called 'encoder_recursion' (did you mean 'encoder_recursions'", Case.setup),
+          ("vision-checkpoint", "an image model's checkpoint (of sret-train-vision) as `--path`", [], "sret_ext.pt",
+           "sret_ext.pt is not a checkpoint of fairseq-train (an image model's checkpoint (sret_ext", vision_checkpoint),
+      ]],
+    Case("train-resume-other-dictionary", "`fairseq-train` resuming a checkpoint on a data-bin with another dictionary",
+         ["fairseq-train", "other-bin", *SRET_TRAIN, "--max-update", "5", "--save-dir", "ckpt"],
+         "cannot load the model parameters of ckpt/checkpoint_last.pt: the data-bin's source dictionary",
+         style="fairseq", needs_model=True),
+    Case("finetune-other-dictionary", "`fairseq-train --finetune-from-model` on a data-bin with another dictionary",
+         ["fairseq-train", "other-bin", *SRET_TRAIN, "--max-update", "5", "--save-dir", "finetuned",
+          "--finetune-from-model", "ckpt/checkpoint_last.pt"],
+         "cannot load the model parameters of ckpt/checkpoint_last.pt: the data-bin's source dictionary",
+         style="fairseq", needs_model=True, kept=["finetuned"]),
+    Case("train-mixed-depth-too-deep", "`fairseq-train --mixed-depth 3` for a model of 2 recursions",
+         ["fairseq-train", "bin", *SRET_TRAIN, "--max-update", "5", "--save-dir", "md", "--criterion",
+          "sret_mixed_depth_label_smoothed_cross_entropy", "--mixed-depth", "3"],
+         "--mixed-depth: depth=3 is larger than the 2 recursions the encoder was built with", style="fairseq",
+         needs_model=True, kept=["md"]),
     Case("hydra-misspelt-field", "a YAML config with a misspelt SReT field (`encoder_recursion`)",
          ["fairseq-hydra-train", "--config-dir", "config", "--config-name", "toy", "+model.encoder_recursion=2"],
          "unrecognized model option model.encoder_recursion", style="fairseq", needs_model=True,
          kept=["hydra-ckpt"]),  # hydra's own log of the run
 ]
-
-
-def images(folder: Path) -> None:
-    """Two classes of four 32x32 images in train/ and val/."""
-    from PIL import Image
-
-    for split in ("train", "val"):
-        for label in ("a", "b"):
-            (folder / "images" / split / label).mkdir(parents=True, exist_ok=True)
-            for i in range(4):
-                Image.new("RGB", (32, 32), (i * 40, 0, 0) if label == "a" else (0, i * 40, 0)).save(
-                    folder / "images" / split / label / f"{i}.png")
 
 
 # ---------------------------------------------------------------- the shared model (e2e cases)
@@ -325,6 +573,7 @@ MAINS = {
     "sret-prepare": "fairseq_sret_cli.prepare", "sret-evaluate": "fairseq_sret_cli.evaluate",
     "sret-average-checkpoints": "fairseq_sret_cli.average_checkpoints",
     "sret-train-vision": "fairseq_sret_cli.train_vision", "sret-toy-data": "fairseq_sret_cli.toy",
+    "sret-count": "fairseq_sret_cli.count", "sret-plot-lrc": "fairseq_sret_cli.plot_lrc",
 }
 
 
@@ -335,7 +584,10 @@ def run_case_here(case: Case, folder: Path):
     import importlib
     import io
 
+    import torch
+
     before, cwd, err = snapshot(folder), os.getcwd(), io.StringIO()
+    threads = torch.get_num_threads()  # a command may set its own (sret-count); this process keeps its
     os.chdir(folder)
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -345,6 +597,7 @@ def run_case_here(case: Case, folder: Path):
                 rc = exc.code
     finally:
         os.chdir(cwd)
+        torch.set_num_threads(threads)
     return rc, err.getvalue(), changes(before, snapshot(folder))
 
 
@@ -360,6 +613,20 @@ def table(rows) -> str:
         left = ", ".join(f"`{c}`" for c in changed) or "nothing written"
         out.append(f"| `{case.command}` | {case.input} | {rc} | {line} | {left} |")
     return "\n".join(out)
+
+
+def cpu_model() -> str:
+    """The processor's model name as ``lscpu`` says it (``/proc/cpuinfo`` without it)."""
+    import platform
+
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        info = Path("/proc/cpuinfo")
+        lines = info.read_text().splitlines() if info.is_file() else []
+        return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                    platform.machine())
 
 
 def main() -> int:
@@ -381,9 +648,10 @@ def main() -> int:
             rc, stderr, changed = run_case_here(case, folder) if case.command in MAINS else run_case(case, folder)
             rows.append((case, rc, stderr, changed))
             print(f"{case.id}: {rc} {error_line(case, stderr)[:120]}", file=sys.stderr)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").is_file() else ""
-    print(HEADER.format(machine=f"{cpu or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"))
+    import torch
+
+    print(HEADER.format(machine=f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()},"
+                                f" torch {torch.__version__}"))
     print(table(rows))
     print(INTERRUPTION)
     return 0
@@ -396,15 +664,20 @@ the files the input needs; the table is the output of `python tests/bad_input_ca
 ({machine}; the `sret-*` commands' `main` in that process, fairseq's commands as installed
 programs), and each row is also a test
 (`tests/test_bad_input_cli.py`). Our `sret-*` commands print one line, `PROG: error: ...`, and
-exit non-zero; fairseq's commands (`fairseq-generate`, `fairseq-hydra-train`) keep fairseq's
-traceback, whose last line is shown. "Left on disk" lists what the command added (`+`),
-changed (`~`) or removed (`-`) in that folder.
+exit non-zero (2 for a command line that cannot be carried out as given: an option out of
+range, an output in the way); fairseq's commands (`fairseq-generate`, `fairseq-train`,
+`fairseq-hydra-train`) keep fairseq's traceback, whose last line is shown. "Left on disk"
+lists what the command added (`+`), changed (`~`) or removed (`-`) in that folder.
 
-`sret-uptrain` never writes its input and replaces an existing output only with `--force`;
-`sret-prepare` builds a data-bin beside `--out` and moves it into place when complete, so a
-failure leaves `--out` as it was (downloads stay in `OUT/orig` for the next try);
-`sret-experiments` checks `--data` (also with `--dry-run`) before training anything, and writes
-its results and run records atomically. `SRET_TRACEBACK=1` shows the traceback of a `sret-*` error.
+Every `sret-*` command that writes follows one rule (`fairseq_sret_cli/outputs.py`, described
+in `docs/outputs.md`): it never replaces or deletes a file it did not make, or made with other
+settings, unless `--force`; never one of its inputs, even with `--force` (links included);
+and it writes each file atomically. `sret-prepare` builds the data-bin in a hidden folder inside
+`--out` and moves each file in when all are made, so a failure leaves `--out` as it was
+(downloads stay in `OUT/orig` for the next try); `sret-experiments` checks `--data` (also with
+`--dry-run`) and every run folder's settings before training anything, and locks its output
+folder. fairseq's generation and training options with our models: `tests/test_fairseq_options.py`.
+`SRET_TRACEBACK=1` shows the traceback of a `sret-*` error.
 """
 
 INTERRUPTION = """
@@ -418,6 +691,11 @@ moments and the moment a temporary checkpoint or results file appears, then resu
 | `fairseq-train` (tiny SReT, toy data, a checkpoint every 2 updates) | 20 | `checkpoint_last.pt` loads, its update count never goes back; the best checkpoint's valid loss never rises | the resumed run ends at `--max-update` (100) |
 | `sret-experiments` (2 tiny rows) | up to 4 | the results JSON parses; a row recorded done stays done | every row done, trained to its `max_update` |
 | `sret-train-vision --resume` (SReT-ExT at 32x32) | up to 6 | `checkpoint_last.pt` loads; the best accuracy never falls and is never below the one `checkpoint_last.pt` records | the run ends at its last epoch, each epoch logged once |
+
+`test_ctrl_c_is_one_line_and_leaves_no_training_behind` sends Ctrl-C (SIGINT to the command
+alone, as `kill -INT` does) while `sret-train-vision` and `sret-experiments` train: each prints
+one line saying how to continue, exits 130 and shows no traceback; `sret-experiments` stops its
+`fairseq-train` and records the training's CPU time before it exits.
 
 Defects found in the code these tests exercise (the writes were in place, so a kill at the
 wrong moment leaves a part of a file; the fixes are in place before the tests ran green):

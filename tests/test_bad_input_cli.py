@@ -6,6 +6,7 @@ shape overrides, a foreign dictionary, a misspelt YAML field) run the installed 
 tiny trained model (e2e).
 """
 
+import re
 import shutil
 
 import pytest
@@ -21,7 +22,8 @@ def check(case, rc, stderr, changed):
     line = error_line(case, stderr)
     assert case.message in line, stderr[-2000:]
     if case.style == "sret":
-        assert "Traceback" not in stderr and line.startswith(f"{case.command}: error: "), stderr[-2000:]
+        # PROG: error: ..., or PROG SUBCOMMAND: error: ... (argparse's usage errors)
+        assert "Traceback" not in stderr and re.match(rf"{re.escape(case.command)}( \w+)?: error: ", line), stderr[-2000:]
     unexpected = [c for c in changed if not any(c[1:] == k or c[1:].startswith(k + "/") for k in case.kept)]
     assert not unexpected, unexpected
 

@@ -114,5 +114,7 @@ def test_average_checkpoints_cli(run_dir, tmp_path, capsys):
                 + fake_checkpoint(9, 9, 900)["model"]["encoder.layers.0.fc1.bias"]) / 2
     assert torch.allclose(avg["model"]["encoder.layers.0.fc1.bias"], expected, atol=1e-6)
     files = [str(run_dir / "checkpoint1.pt"), str(run_dir / "checkpoint2.pt")]
-    assert script.main(["--inputs", *files, "--output", str(out)]) == 0
+    # another average over the first one: refused (the rule of every command that writes), then replaced
+    assert script.main(["--inputs", *files, "--output", str(out)]) == 2
+    assert script.main(["--inputs", *files, "--output", str(out), "--force"]) == 0
     assert checkpoint_num_updates(load_checkpoint(out)) == 200  # metadata of the newest input

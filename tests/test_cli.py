@@ -52,3 +52,14 @@ def test_count_vision_prints_the_official_sret_t_numbers():
 def test_bad_arguments_fail_with_usage():
     result = subprocess.run([str(BIN / "sret-prepare"), "cifar10"], capture_output=True, text=True)
     assert result.returncode == 2 and "invalid choice: 'cifar10'" in result.stderr
+
+
+def test_an_error_holding_a_traceback_is_its_own_last_line():
+    """A worker process's or a subprocess's error arrives with its traceback in the message:
+    the command prints what went wrong, not the frames."""
+    from fairseq_sret_cli import error_message
+
+    remote = "fairseq-preprocess failed:\nTraceback (most recent call last):\n  File \"binarizer.py\", line 9\n" \
+             "    raise ValueError(line)\nValueError: train.de line 3: not UTF-8"
+    assert error_message(RuntimeError(remote)) == "fairseq-preprocess failed: ValueError: train.de line 3: not UTF-8"
+    assert error_message(ValueError("one\n  two")) == "one two"

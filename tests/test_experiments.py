@@ -210,6 +210,11 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     assert "signature" in table and "nrefs:1" in table
     assert "sret-experiments" in table  # the command that produced it
 
+    # the run folders are bound to their settings: a changed cap is refused before anything starts
+    edited = subprocess.run(cmd[:-4] + ["--max-update", "31"], capture_output=True, text=True, timeout=120)
+    assert edited.returncode == 2 and "with other settings (--max-update 30 -> 31)" in edited.stderr, edited.stderr
+    assert json.loads((results / "toy.json").read_text())["rows"] == data["rows"]
+
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("done already, skipped") == 2 and "training (" not in again.stderr

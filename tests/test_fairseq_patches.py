@@ -218,3 +218,59 @@ def test_cpu_bf16_through_the_command_line_tools(tmp_path):
                       stdin="\n".join(sources) + "\n")
     assert len(_hypotheses(interactive.stdout)) == len(sources)
 
+
+
+def under_the_patch(function, name: str):
+    """What the patch ``name`` wrapped (``function`` may be wrapped by other patches too)."""
+    while getattr(function, "sret_patch", None) != name:
+        function = function.__wrapped__
+    return function.__wrapped__
+
+
+def test_model_override_names_defect_without_the_patch():
+    loader = checkpoint_utils.load_checkpoint_to_cpu
+    assert fairseq_patches.fairseq_ignores_unknown_overrides(under_the_patch(loader, "model_override_names"))
+    assert not fairseq_patches.fairseq_ignores_unknown_overrides(loader)
+    with pytest.raises(fairseq_patches.UnknownOverride, match=r"'encoder_recursion' \(did you mean 'encoder_recursions'"):
+        fairseq_patches.check_override_names({"encoder_recursion": 1, "beam": 4})
+    # what fairseq's own tools and hub pass: options of the model, its trained depth, the task, bpe, generation
+    fairseq_patches.check_override_names({
+        "encoder_recursions": 1, "decoder_trained_recursions": 2, "data": "bin", "bpe": "sentencepiece",
+        "sentencepiece_model": "spm.model", "beam": 5, "source_lang": "de", "dropout": 0.0})
+
+
+def test_diverse_beam_search_defect_without_the_patch():
+    from fairseq import search
+
+    patched = search.DiverseBeamSearch
+    assert patched.sret_patch == "diverse_beam_search"
+    assert fairseq_patches.diverse_beam_search_fails(patched.__mro__[1])
+    assert not fairseq_patches.diverse_beam_search_fails(patched)
+
+
+def test_diverse_beam_groups_give_distinct_hypotheses_with_fairseq_s_generator():
+    """fairseq's SequenceGenerator with the patched search, on a batch whose dataset ids exceed
+    its size (where the unpatched search indexed out of range)."""
+    from fairseq import search
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, task = build("sret_transformer", **SMALL)
+    model.eval()
+    dictionary = task.target_dictionary
+    strategy = search.DiverseBeamSearch(dictionary, 2, 0.5)
+    generator = SequenceGenerator([model], dictionary, beam_size=4, max_len_b=6, search_strategy=strategy)
+    torch.manual_seed(0)
+    tokens = torch.randint(4, len(dictionary), (3, 5))
+    sample = {"id": torch.tensor([7, 11, 40]), "net_input": {"src_tokens": tokens, "src_lengths": torch.full((3,), 5)}}
+    hypos = generator.generate([model], sample)
+    assert [len(h) for h in hypos] == [4, 4, 4]
+    for sentence in hypos:
+        assert len({tuple(h["tokens"].tolist()) for h in sentence}) > 1
+
+
+def test_load_error_cause_defect_without_the_patch():
+    from fairseq import trainer as trainer_module
+
+    load = trainer_module.Trainer.load_checkpoint
+    assert fairseq_patches.load_errors_hide_their_cause(under_the_patch(load, "load_error_cause"))
+    assert not fairseq_patches.load_errors_hide_their_cause(load)

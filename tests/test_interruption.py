@@ -201,9 +201,74 @@ def test_sret_train_vision_killed_resumes_to_the_last_epoch(tmp_path):
             assert load_checkpoint(last)["best_acc1"] <= acc  # a kill may come between the two saves
         if kinds[-1] == "ended":
             break
-    argv = base + (["--resume", str(out / "checkpoint_last.pt")] if (out / "checkpoint_last.pt").is_file() else [])
-    final = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
-    assert final.returncode == 0, final.stderr[-3000:]
-    assert load_checkpoint(out / "checkpoint_last.pt")["epoch"] == 11
+    last = out / "checkpoint_last.pt"
+    finished = last.is_file() and load_checkpoint(last)["epoch"] == 11
+    final = subprocess.run(base + (["--resume", str(last)] if last.is_file() else []), env=ENV, capture_output=True,
+                           text=True, timeout=600)
+    if finished:  # a resume with nothing left to train says so and changes nothing
+        assert final.returncode == 1 and "nothing to train" in final.stderr, final.stderr[-3000:]
+    else:
+        assert final.returncode == 0, final.stderr[-3000:]
+    assert load_checkpoint(last)["epoch"] == 11
     epochs = [json.loads(line)["epoch"] for line in (out / "log.jsonl").read_text().splitlines()]
     assert epochs == sorted(set(epochs)) and epochs[-1] == 11  # each epoch logged once, in order
+
+
+def running_with(text: str) -> list:
+    """Pids of the processes whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.e2e
+def test_ctrl_c_is_one_line_and_leaves_no_training_behind(tmp_path):
+    """Ctrl-C (SIGINT to the command alone, as ``kill -INT`` sends it) while training: one line
+    saying how to go on, exit 130, no traceback; sret-experiments stops its fairseq-train and
+    records it."""
+    from bad_input_cases import images
+
+    images(tmp_path)
+    data = preprocess(write_corpus(tmp_path / "raw", sizes=(("train", 120), ("valid", 12), ("test", 8))))
+    (tmp_path / "exp.yaml").write_text(
+        "name: ctrlc\ntrain: {args: --optimizer adam --lr 1e-3 --max-tokens 300 --num-workers 0, max_update: 5000}\n"
+        "eval: {beam: 1, subsets: [test]}\nrows:\n  - {id: r, arch: sret_transformer_tiny, args: --encoder-layers 1"
+        " --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 --encoder-ffn-embed-dim 32"
+        " --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 --decoder-attention-heads 2}\n")
+    runs = tmp_path / "runs"
+    commands = {
+        "sret-train-vision": ([sys.executable, "-m", "fairseq_sret_cli.train_vision", "--data", str(tmp_path / "images"),
+                               "--model", "sret_ext", "--img-size", "32", "--epochs", "500", "--batch-size", "4",
+                               "--workers", "0", "--warmup-epochs", "0", "--log-interval", "1", "--output",
+                               str(tmp_path / "out"), "--device", "cpu"], "epoch 1 step",
+                              "interrupted; continue with the same command and --resume OUTPUT/checkpoint_last.pt"
+                              " (the last finished epoch)"),
+        "sret-experiments": ([sys.executable, "-m", "fairseq_sret_cli.experiments", str(tmp_path / "exp.yaml"), "--data",
+                              str(data), "--cpu", "--output", str(runs), "--results", str(tmp_path / "results"),
+                              "--progress-interval", "0"], "No existing checkpoint found",
+                             "interrupted; the trainings were stopped and the finished runs recorded: rerun the same"
+                             " command to resume"),
+    }
+    for name, (argv, marker, message) in commands.items():
+        log = tmp_path / f"{name}.log"
+        process = start(argv, log, cwd=REPO)
+        watched = runs / "r" / "seed1" / "train.log" if name == "sret-experiments" else log
+        deadline = time.time() + 180
+        while time.time() < deadline and process.poll() is None and not (
+                watched.is_file() and marker in watched.read_text(errors="replace")):
+            time.sleep(0.1)
+        assert process.poll() is None, log.read_text()[-3000:]
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+        text = log.read_text(errors="replace")
+        assert process.returncode == 130 and text.strip().splitlines()[-1] == f"{name}: {message}", text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+    assert running_with(str(runs)) == []  # its fairseq-train was stopped with it
+    record = json.loads((runs / "r" / "seed1" / "run.json").read_text())
+    assert record["train_processes"] == 1 and record["train_cpu_seconds"] > 0

@@ -179,7 +179,7 @@ def test_any_resolution_divisible_by_32():
         model = small_sret(img_size=size).eval()
         assert model.pos_embed.shape == (1, 16, size[0] // 8, size[1] // 8)
         assert model(torch.randn(1, 3, *size)).shape == (1, 7)
-    with pytest.raises(ValueError, match="divisible by 32"):
+    with pytest.raises(ValueError, match="multiple of 32"):
         small_sret(img_size=80)
     model = small_sret()
     with pytest.raises(ValueError, match="divisible by 32"):
@@ -301,6 +301,19 @@ def test_recursive_mixer_applies_each_layer_twice():
     assert torch.allclose(model(x), ref, atol=1e-5)
     with pytest.raises(ValueError, match="fixes the resolution"):
         model(torch.randn(1, 3, 64, 64))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(num_classes=-5), "num_classes must be >= 0"), (dict(img_size=0), r"img_size \(0, 0\) must be a positive multiple"),
+    (dict(img_size=-32), "must be a positive multiple")])
+def test_a_model_of_nonsense_sizes_is_refused_at_build(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        small_sret(**kwargs)
+    mixer = {"num_classes": "num_classes must be >= 0"}.get(next(iter(kwargs)), "must be a positive multiple")
+    with pytest.raises(ValueError, match=mixer):
+        RecursiveMixer(img_size=kwargs.get("img_size", 32), patch_size=16, embed_dim=8, depth=1, token_mlp_dim=8,
+                       channel_mlp_dim=8, num_classes=kwargs.get("num_classes", 2))
+    small_sret(num_classes=0)  # timm's convention: no classifier
 
 
 # --------------------------------------------------------------------------- timm's model API

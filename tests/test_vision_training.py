@@ -152,8 +152,9 @@ def test_train_evaluate_resume_and_distill(image_folder, tmp_path, capsys):
     script.run(common(image_folder, checkpoint=out / "checkpoint_last.pt", dump_logits=teacher))
     dumped = torch.load(teacher, weights_only=True)
     assert dumped["logits"].shape == (8, 2) and dumped["samples"][0] == "cat/0.png"
-    plain = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3))
-    distilled = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3, teacher_logits=teacher))
+    plain = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3, no_save=True))
+    distilled = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, seed=3, teacher_logits=teacher,
+                                  no_save=True))
     assert math.isfinite(distilled["train_loss"]) and distilled["train_loss"] != plain["train_loss"]
 
 
@@ -178,7 +179,7 @@ def test_resume_refuses_a_checkpoint_that_would_run_code(image_folder, tmp_path)
     state["payload"] = RunsACommand(f"touch {shlex.quote(str(marker))}")
     torch.save(state, tmp_path / "hostile.pt")
     with pytest.raises(UnsafeCheckpointError, match="system"):
-        script.run(common(image_folder, epochs=2, output=out, resume=tmp_path / "hostile.pt"))
+        script.run(common(image_folder, epochs=2, output=tmp_path / "resumed", resume=tmp_path / "hostile.pt"))
     assert not marker.exists()
     torch.load(tmp_path / "hostile.pt", weights_only=False)  # the payload is real: unrestricted loading runs it
     assert marker.exists()
@@ -203,13 +204,13 @@ def test_mixed_precision_settings_and_cpu_bf16_step(image_folder):
     script = load_script()
     assert script.autocast_settings(torch.device("cpu"), "auto") == (False, None, False)
     assert script.autocast_settings(torch.device("cpu"), "on") == (True, torch.bfloat16, False)
-    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, amp="on"))
+    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=1, amp="on", no_save=True))
     assert math.isfinite(stats["train_loss"]) and math.isfinite(stats["val_loss"])
 
 
 def test_mixed_depth_training_logs_and_evaluates_every_depth(image_folder, capsys):
     script = load_script()
-    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=2, mixed_depth="1:0.5"))
+    stats = script.run(common(image_folder, epochs=1, max_steps_per_epoch=2, mixed_depth="1:0.5", no_save=True))
     # the optimised loss is the full depth's plus the weighted shallow one, on the same batches
     assert stats["train_loss"] == pytest.approx(stats["train_loss_depth2"] + 0.5 * stats["train_loss_depth1"], rel=1e-5)
     assert stats["train_loss_depth1"] != stats["train_loss_depth2"]
@@ -217,7 +218,7 @@ def test_mixed_depth_training_logs_and_evaluates_every_depth(image_folder, capsy
     assert math.isfinite(stats["val_loss_depth1"]) and stats["val_loss_depth1"] != stats["val_loss"]
     for value, message in (("2:0.5", "is the full depth"), ("3", "larger than the 2 recursions"), ("1:x", "number")):
         with pytest.raises(SystemExit):
-            script.run(common(image_folder, epochs=1, mixed_depth=value))
+            script.run(common(image_folder, epochs=1, mixed_depth=value, no_save=True))
         assert message in capsys.readouterr().err
 
 

@@ -138,6 +138,19 @@ def check_mixed_depth(
             )
 
 
+def check_depth_options(
+    mixed_depth, depth_warmup, recursions: Sequence[int], sides: Sequence[str] = ("the encoder", "the decoder"),
+) -> Tuple[Tuple[DepthTerm, ...], "DepthWarmup | None"]:
+    """Parse ``--mixed-depth`` and ``--depth-warmup`` and check that they fit ``recursions``
+    (per side); returns (terms, warm-up). Errors are ValueErrors naming the option."""
+    terms = parse_mixed_depth(mixed_depth, sides=len(sides))
+    warmup = parse_depth_warmup(depth_warmup, sides=len(sides))
+    check_mixed_depth(terms, recursions, sides=sides)
+    if warmup is not None:
+        check_mixed_depth([DepthTerm(warmup.depths)], recursions, sides=sides, option="--depth-warmup")
+    return terms, warmup
+
+
 def full_depth_label(model: DepthControl) -> str:
     """The metric label of the full depth (``"2"``, or ``"3_2"`` for encoder 3, decoder 2)."""
     full = model.recursions

@@ -28,9 +28,7 @@ from fairseq.logging import metrics
 from torch import nn
 
 from ..core.depth import DepthControl
-from ..core.mixed_depth import (
-    DepthTerm, check_mixed_depth, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth,
-)
+from ..core.mixed_depth import DepthTerm, check_depth_options, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth
 
 PREFIX = "loss_depth"
 
@@ -70,6 +68,7 @@ class MixedDepthLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
                  mixed_depth="", depth_warmup=""):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        self.mixed_depth, self.depth_warmup = mixed_depth, depth_warmup
         self.terms: Tuple[DepthTerm, ...] = parse_mixed_depth(mixed_depth, sides=2)
         self.warmup = parse_depth_warmup(depth_warmup, sides=2)
         self._checked = None
@@ -80,10 +79,7 @@ class MixedDepthLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
             raise ValueError(f"--mixed-depth needs an sret_transformer model, got {type(model).__name__}")
         full = model.recursions
         if self._checked != full:
-            check_mixed_depth(self.terms, full, sides=("the encoder", "the decoder"))
-            if self.warmup is not None:
-                check_mixed_depth([DepthTerm(self.warmup.depths)], full, sides=("the encoder", "the decoder"),
-                                  option="--depth-warmup")
+            check_depth_options(self.mixed_depth, self.depth_warmup, full)
             self._checked = full
         return full
 

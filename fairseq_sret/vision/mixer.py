@@ -100,8 +100,10 @@ class RecursiveMixer(ClassifierConventions, DepthControl, nn.Module):
         super().__init__()
         cfg = replace(cfg or MixerConfig(), **kwargs)
         size = (cfg.img_size, cfg.img_size) if isinstance(cfg.img_size, int) else tuple(cfg.img_size)
-        if size[0] % cfg.patch_size or size[1] % cfg.patch_size:
-            raise ValueError(f"img_size {size} must be divisible by patch_size {cfg.patch_size}")
+        if min(size) < cfg.patch_size or size[0] % cfg.patch_size or size[1] % cfg.patch_size:
+            raise ValueError(f"img_size {size} must be a positive multiple of patch_size {cfg.patch_size}")
+        if cfg.num_classes < 0:
+            raise ValueError(f"num_classes must be >= 0 (0: no classifier), got {cfg.num_classes}")
         cfg = replace(cfg, img_size=size, global_pool=check_global_pool(cfg.global_pool))
         self.cfg = cfg
         self.grid = (size[0] // cfg.patch_size, size[1] // cfg.patch_size)

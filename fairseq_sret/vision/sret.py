@@ -108,8 +108,10 @@ class SReTConfig:
             if b % a != 0:
                 raise ValueError(f"embed_dims must grow by integer factors (depth-wise pooling), got {a} -> {b}")
         for size in _pair(self.img_size):
-            if size % self.stride != 0:
-                raise ValueError(f"img_size {self.img_size} must be divisible by {self.stride}")
+            if size < self.stride or size % self.stride != 0:
+                raise ValueError(f"img_size {self.img_size} must be a positive multiple of {self.stride}")
+        if self.num_classes < 0:
+            raise ValueError(f"num_classes must be >= 0 (0: no classifier), got {self.num_classes}")
         check_global_pool(self.global_pool)
 
 

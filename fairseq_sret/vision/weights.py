@@ -31,6 +31,8 @@ from typing import Dict, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from ..nmt_checkpoints import load_checkpoint as read_safely
+from ..nmt_checkpoints import mismatch_summary
 from ..nmt_checkpoints import save_checkpoint as write_atomically
 from .sret import SReT, resize_pos_embed
 
@@ -162,7 +164,8 @@ def load_checkpoint(
     classifier for another number of classes, are skipped with a warning.
     """
     if isinstance(checkpoint, (str, bytes)) or hasattr(checkpoint, "__fspath__"):
-        checkpoint = torch.load(checkpoint, map_location=map_location, weights_only=True)
+        # weights_only, with errors that name the file (damaged, not a checkpoint, unsafe)
+        checkpoint = read_safely(checkpoint)  # on the CPU; load_state_dict copies to the model's device
     state_dict = checkpoint_filter_fn(checkpoint, model)
     own = model.state_dict()
     if not strict:
@@ -175,8 +178,19 @@ def load_checkpoint(
                 f" unexpected {result.unexpected_keys}"
             )
         return model
+    mismatch = _mismatch(state_dict, own)
+    if mismatch:
+        raise ValueError(f"the checkpoint's weights do not fit this {type(model).__name__}: {mismatch} (a checkpoint"
+                         " of another model, size or number of classes?)")
     model.load_state_dict(state_dict)
     return model
+
+
+def _mismatch(saved: Mapping[str, Tensor], own: Mapping[str, Tensor]) -> str:
+    """What keeps ``saved`` from loading strictly into ``own``, in one line ("" if nothing)."""
+    shapes = [(k, list(saved[k].shape), list(own[k].shape)) for k in saved
+              if k in own and tuple(getattr(saved[k], "shape", ())) != tuple(own[k].shape)]
+    return mismatch_summary([k for k in own if k not in saved], [k for k in saved if k not in own], shapes)
 
 
 def save_checkpoint(model: nn.Module, path, extra: Optional[dict] = None) -> None:

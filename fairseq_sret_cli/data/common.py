@@ -124,10 +124,28 @@ def build_data_bin(
 
 
 def write_metadata(out_dir, metadata: dict) -> Path:
-    metadata = dict(metadata, created=time.strftime("%Y-%m-%d %H:%M:%S"))
-    path = Path(out_dir) / METADATA
+    """Write ``sret_data.json``. ``options.vocab_size`` becomes the size of the SentencePiece
+    vocabulary that was made (a small corpus gives fewer pieces than asked for), the size asked
+    for is kept as ``requested_vocab_size``, and ``dictionary_size`` counts the entries of the
+    fairseq dictionary (special symbols included)."""
+    out_dir = Path(out_dir)
+    options = dict(metadata.get("options") or {})
+    model = out_dir / metadata.get("spm_model", "spm.model")
+    if "vocab_size" in options and model.is_file():
+        import sentencepiece as spm
+
+        made = spm.SentencePieceProcessor(model_file=str(model)).get_piece_size()
+        options["requested_vocab_size"] = options["vocab_size"]
+        options["vocab_size"] = made
+        if made < options["requested_vocab_size"]:
+            log(f"the corpus gives {made:,} SentencePiece pieces, fewer than the {options['requested_vocab_size']:,}"
+                " asked for (--vocab-size): the vocabulary has its real size")
+    dictionary = out_dir / f"dict.{metadata.get('source_lang')}.txt"
+    if dictionary.is_file():
+        options["dictionary_size"] = len(read_lines(dictionary)) + 4  # fairseq's <s>, <pad>, </s>, <unk>
+    metadata = dict(metadata, options=options, created=time.strftime("%Y-%m-%d %H:%M:%S"))
+    path = out_dir / METADATA
     path.write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    log(f"data-bin ready: {out_dir}")
     return path
 
 

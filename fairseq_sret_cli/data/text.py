@@ -96,6 +96,14 @@ def _apply(args):
     return [fn(x, **kwargs) for x in chunk]
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """Workers ignore Ctrl-C: the command stops them and says so in one line (else every worker
+    prints its own traceback)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def map_lines(fn: Callable, lines: Sequence[str], workers: int = 1, what: str = "", chunk: int = 2000, **kwargs) -> List[str]:
     """``[fn(line, **kwargs) for line in lines]``, optionally in ``workers`` processes,
     logging progress for big inputs. ``fn`` must be a module-level function."""
@@ -103,7 +111,7 @@ def map_lines(fn: Callable, lines: Sequence[str], workers: int = 1, what: str = 
     progress = Progress(what or getattr(fn, "__name__", "processing"), every=max(chunk, 100_000), total=len(lines))
     out: List[str] = []
     if workers > 1 and len(chunks) > 1:
-        with Pool(workers) as pool:
+        with Pool(workers, initializer=_leave_interrupts_to_the_parent) as pool:
             for part in pool.imap(_apply, [(fn, c, kwargs) for c in chunks]):
                 out.extend(part)
                 progress.add(len(part))

@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_sret.atomic_files import replacing
+
 from ..data.common import METADATA, read_metadata
 from ..data.io import read_lines, write_lines
 from ..data.subword import SentencePieceCodec
@@ -108,14 +110,62 @@ def score(meta: dict, data_dir, subset: str, hyps: List[str]) -> List[bleu.BleuR
     return results
 
 
+_SUMMARY = re.compile(r"^Generate (?P<subset>\S+) with beam=(?P<beam>\d+): ", re.M)
+
+
+def generate_output_facts(generate_output) -> dict:
+    """What a fairseq-generate output says of itself: ``{"sources": {id: S- line}, "hypotheses":
+    count, "subset", "beam"}`` (the last two from its closing BLEU line, None without it)."""
+    text = Path(generate_output).read_text(encoding="utf-8")
+    sources = {}
+    for line in text.split("\n"):
+        if line.startswith("S-"):
+            fields = line.split("\t", 1)
+            if fields[0][2:].isdigit():
+                sources[int(fields[0][2:])] = fields[1] if len(fields) > 1 else ""
+    summary = _SUMMARY.search(text)
+    return {"sources": sources, "hypotheses": sum(1 for line in text.split("\n") if line.startswith("H-")),
+            "subset": summary["subset"] if summary else None, "beam": int(summary["beam"]) if summary else None}
+
+
+def check_generate_output(generate_output, data_dir, subset: str, meta: dict, beam: Optional[int]) -> dict:
+    """Refuse a fairseq-generate output that is empty, or was made for another subset, beam or
+    data set (its S- lines are not this data-bin's source sentences); returns its facts."""
+    facts = generate_output_facts(generate_output)
+    if not facts["hypotheses"]:
+        raise ValueError(f"{generate_output} holds no hypotheses (H- lines): give the generate-SUBSET.txt that"
+                         " fairseq-generate wrote (--results-path)")
+    if facts["subset"] is not None and facts["subset"] != subset:
+        raise ValueError(f"{generate_output} translates the subset '{facts['subset']}', not '{subset}': pass"
+                         f" --subset {facts['subset']}")
+    if beam is not None and facts["beam"] is not None and facts["beam"] != beam:
+        raise ValueError(f"{generate_output} was decoded with beam {facts['beam']}, not --beam {beam}: leave"
+                         " --beam out (the file's beam is reported)")
+    source = Path(data_dir) / "text" / f"{subset}.sp.{meta['source_lang']}"
+    if meta.get("references") != "binarised" and source.is_file():
+        pieces = read_lines(source)
+        for i, line in sorted(facts["sources"].items()):
+            if not (i < len(pieces) and _same_source(line, pieces[i])):
+                raise ValueError(
+                    f"{generate_output} was not made from the data-bin {data_dir}: its source sentence {i}"
+                    f" is not line {i + 1} of {source.name}; score it with the --data it was translated from")
+    return facts
+
+
+def _same_source(printed: str, pieces: str) -> bool:
+    """fairseq prints a source as binarised: the same pieces, with ``<unk>`` for unknown ones."""
+    a, b = printed.split(), pieces.split()
+    return len(a) == len(b) and all(x == y or x == "<unk>" for x, y in zip(a, b))
+
+
 def evaluate(
     data_dir,
     checkpoint=None,
     subset: str = "test",
     output_dir=None,
     generate_output=None,
-    beam: int = 5,
-    lenpen: float = 1.0,
+    beam: Optional[int] = 5,
+    lenpen: Optional[float] = 1.0,
     max_tokens: int = 8000,
     batch_size: Optional[int] = None,
     cpu: bool = False,
@@ -123,7 +173,9 @@ def evaluate(
     verbose: bool = False,
 ) -> Dict:
     """Translate ``subset`` with ``checkpoint`` (or read an existing fairseq-generate output)
-    and score it. Writes ``SUBSET.hyp`` and ``SUBSET.results.json`` to ``output_dir``."""
+    and score it. Writes ``SUBSET.hyp`` and ``SUBSET.results.json`` to ``output_dir``, each
+    replaced in one rename. An existing output is checked first (:func:`check_generate_output`);
+    its own beam is reported (``beam`` None: whatever it was decoded with)."""
     data_dir = Path(data_dir)
     meta = data_bin_metadata(data_dir)
     if subset not in meta["subsets"]:
@@ -139,6 +191,9 @@ def evaluate(
                                        max_tokens=max_tokens, batch_size=batch_size, cpu=cpu,
                                        extra_args=extra_args, verbose=verbose)
         speed = generation_speed(summary)
+    else:
+        facts = check_generate_output(generate_output, data_dir, subset, meta, beam)
+        beam, lenpen = facts["beam"], None  # the file's own beam; its length penalty is not in it
     if meta.get("references") == "binarised":
         refs = read_targets(generate_output)
         hyps = read_hypotheses(generate_output, max(refs, default=-1) + 1)
@@ -148,7 +203,9 @@ def evaluate(
         num = len(read_lines(data_dir / "text" / f"{subset}.sp.{meta['target_lang']}"))
         hyps = [SentencePieceCodec.decode(p) for p in read_hypotheses(generate_output, num)]
         results = score(meta, data_dir, subset, hyps)
-    write_lines(output_dir / f"{subset}.hyp", hyps)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with replacing(output_dir / f"{subset}.hyp") as tmp:
+        write_lines(tmp, hyps)
     report = {
         "data": str(data_dir),
         "recipe": meta["recipe"],
@@ -165,14 +222,21 @@ def evaluate(
         "speed": speed,
         "scores": [r.as_dict() for r in results],
     }
-    (output_dir / f"{subset}.results.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
-                                                       encoding="utf-8")
+    with replacing(output_dir / f"{subset}.results.json") as tmp:
+        tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return report
 
 
+def output_files(subset: str, generated: bool = True) -> List[str]:
+    """The files :func:`evaluate` writes in its output folder (``generated``: with a
+    fairseq-generate run of its own)."""
+    return ([f"generate-{subset}.txt"] if generated else []) + [f"{subset}.hyp", f"{subset}.results.json"]
+
+
 def format_report(report: Dict) -> str:
-    lines = [f"{report['recipe']} {report['direction']}, {report['subset_name']} ({report['sentences']} sentences, "
-             f"beam {report['beam']}, lenpen {report['lenpen']})"]
+    decoding = ", ".join(f"{k} {report[k]}" for k in ("beam", "lenpen") if report.get(k) is not None)
+    lines = [f"{report['recipe']} {report['direction']}, {report['subset_name']} ({report['sentences']} sentences"
+             + (f", {decoding})" if decoding else ")")]
     if report.get("checkpoint"):
         lines.append(f"checkpoint: {report['checkpoint']}")
     for s in report["scores"]:

@@ -3,6 +3,7 @@
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -32,13 +33,26 @@ def run_generate(
     """Translate ``subset`` with fairseq-generate (our plugin loaded with ``--user-dir``).
 
     The hypotheses are written as fairseq prints them (subword pieces, no post-processing)
-    to ``results_dir/generate-SUBSET.txt``. Returns that path and fairseq's summary line
+    to ``results_dir/generate-SUBSET.txt`` (fairseq writes it beside, then it replaces the
+    old one in one rename). Returns that path and fairseq's summary line
     (``Translated N sentences (T tokens) in S s (X sentences/s, Y tokens/s)``).
     ``in_process=False`` runs ``python -m fairseq_cli.generate`` in a subprocess instead of
     calling it here.
     """
     results_dir = Path(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
+    staging = results_dir / f".generate-{subset}.{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        summary = _run_generate(data_dir, checkpoint, staging, subset, beam, lenpen, max_tokens, batch_size, cpu,
+                                extra_args, verbose, in_process)
+        os.replace(staging / f"generate-{subset}.txt", results_dir / f"generate-{subset}.txt")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return results_dir / f"generate-{subset}.txt", summary
+
+
+def _run_generate(data_dir, checkpoint, results_dir: Path, subset, beam, lenpen, max_tokens, batch_size, cpu,
+                  extra_args, verbose, in_process) -> Optional[str]:
     argv = [
         str(data_dir), "--user-dir", str(USER_DIR), "--path", str(checkpoint), "--gen-subset", subset,
         "--beam", str(beam), "--lenpen", str(lenpen), "--max-tokens", str(max_tokens),
@@ -66,7 +80,7 @@ def run_generate(
             raise RuntimeError(f"fairseq-generate failed (exit {result.returncode}):\n{output[-4000:]}")
         summary = re.findall(r"Translated .*", output)
     log(f"done in {time.time() - start:.0f}s" + (f": {summary[-1]}" if summary else ""), "evaluate")
-    return results_dir / f"generate-{subset}.txt", (summary[-1] if summary else None)
+    return summary[-1] if summary else None
 
 
 _SPEED = re.compile(r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")

@@ -142,6 +142,6 @@ def plot(traj: LRCTrajectory, output, title: str = "LRC coefficients") -> Path:
     fig.tight_layout()
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=120)
+    fig.savefig(output, dpi=120, format="png")
     plt.close(fig)
     return output

@@ -4,12 +4,15 @@ mean +- std over seeds and each seed) and PNG plots (see :func:`plot`)."""
 import datetime
 import json
 import logging
+import os
 import math
 import platform
 import statistics
 import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from fairseq_sret.atomic_files import replacing
 
 from .experiment_file import Experiment, describe
 from .runner import evaluation_key, write_text_atomically
@@ -138,6 +141,36 @@ def environment() -> dict:
     except Exception:
         pass
     return info
+
+
+def check_results_files(results_dir: Path, name: str, force: bool = False) -> None:
+    """Refuse (:class:`fairseq_sret_cli.outputs.OutputInTheWay`) to write ``NAME.json``,
+    ``NAME.md`` and ``NAME_*.png`` over files that sret-experiments did not write. Results
+    files are committed and carried between machines, so they are recognised by their
+    content: the JSON names the experiment, the markdown and the figures name this command."""
+    from ..outputs import Outputs
+
+    def written_here(path: Path) -> bool:
+        try:
+            if path.suffix == ".json":
+                payload = json.loads(path.read_text(encoding="utf-8"))
+                return isinstance(payload, dict) and (payload.get("experiment") or {}).get("name") == name
+            if path.suffix == ".md":
+                return "Produced by `sret-experiments" in path.read_text(encoding="utf-8", errors="replace")
+            # a figure: its Description names the command, or (older figures) its results file is ours
+            return b"sret-experiments" in path.read_bytes()[:1 << 16] or written_here(results_dir / f"{name}.json")
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    paths = [results_dir / f"{name}.json", results_dir / f"{name}.md"]
+    paths += [results_dir / f"{name}_{suffix}.png" for suffix in FIGURES]
+    Outputs("sret-experiments", force=force).check(
+        [p for p in paths if os.path.lexists(p)], own=written_here, folders=[results_dir],
+        fix="give another --results folder, or pass --force to replace them (nothing else is touched)")
+
+
+#: the figures :func:`plot` draws, ``NAME_<suffix>.png``
+FIGURES = ("valid_loss", "bleu_params", "bleu_cpu", "bleu_speed", "depth")
 
 
 def write_results(experiment: Experiment, records: List[dict], results_dir, command: str,
@@ -329,7 +362,8 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         fig.text(0.01, 0.01, caption, fontsize=6.5, va="bottom", ha="left", color="0.3")
         fig.tight_layout(rect=(0, 0.012 + 0.022 * lines, 1, 1))
         paths[key] = results_dir / f"{experiment.name}_{suffix}.png"
-        fig.savefig(paths[key], dpi=110, metadata={"Description": caption} if caption else None)
+        with replacing(paths[key]) as tmp:  # a reader, or a kill, sees the old figure or the new one
+            fig.savefig(tmp, dpi=110, format="png", metadata={"Description": caption} if caption else None)
         plt.close(fig)
 
     def row_point(axis, row: dict, x_key: str, y_key: str, x_scale: float = 1.0, label: str = "",

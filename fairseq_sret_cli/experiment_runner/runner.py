@@ -10,11 +10,13 @@ ends: beam search on every subset with every checkpoint kind of the file (``best
 :func:`fairseq_sret_cli.evaluation.evaluate.evaluate` (sacreBLEU with signature, chrF, ...).
 """
 
+import hashlib
 import json
 import os
 import re
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -425,6 +427,123 @@ def finished_record(experiment: Experiment, run: Run, output, known: Optional[Di
     return None
 
 
+# ---------------------------------------------------------------- a run folder's settings
+class SettingsChanged(ExperimentError):
+    """Run folders trained with other settings than the experiment file now gives them."""
+
+
+#: options whose values locate a run's files rather than decide its numbers (and --cpu: a run may
+#: continue on another machine)
+_LOCATING = {"--user-dir": "<user-dir>", "--save-dir": "<run>/checkpoints", "--finetune-from-model": "<run>/uptrained.pt"}
+
+
+def training_settings(command: Sequence[str]) -> List[str]:
+    """A fairseq-train command (``[python,] -m fairseq_cli.train DATA ...``, as :func:`train_command`
+    makes it or ``run.json`` records it) as the settings that decide the model: the data-bin
+    and the paths of the run's files become placeholders, ``--cpu`` is left out."""
+    args = list(command)
+    args = args[args.index("fairseq_cli.train") + 2:] if "fairseq_cli.train" in args else args[1:]
+    out, located = ["<data>"], None
+    for arg in args:
+        if located is not None:
+            out.append(located)
+            located = None
+        elif arg in _LOCATING:
+            out.append(arg)
+            located = _LOCATING[arg]
+        elif arg != "--cpu":
+            out.append(arg)
+    return out
+
+
+def settings_fingerprint(settings: Sequence[str]) -> str:
+    return hashlib.sha256(json.dumps(list(settings)).encode("utf-8")).hexdigest()[:16]
+
+
+def _options(settings: Sequence[str]) -> Dict[str, str]:
+    found, flag = {}, None
+    for arg in settings:
+        if arg.startswith("--"):
+            flag = arg
+            found[flag] = ""
+        elif flag is not None:
+            found[flag] = (found[flag] + " " + arg).strip()
+    return found
+
+
+def settings_difference(old: Sequence[str], new: Sequence[str]) -> str:
+    """``--lr 0.001 -> 0.0005; --dropout 0.3 added`` (the options whose values differ)."""
+    a, b = _options(old), _options(new)
+    parts = []
+    for flag in list(a) + [f for f in b if f not in a]:
+        if flag not in b:
+            parts.append(f"{flag} {a[flag]} removed".replace("  ", " "))
+        elif flag not in a:
+            parts.append(f"{flag} {b[flag]} added".replace("  ", " "))
+        elif a[flag] != b[flag]:
+            parts.append(f"{flag} {a[flag]} -> {b[flag]}")
+    return "; ".join(parts) or "the options' order or positional arguments differ"
+
+
+#: what the runner makes in a run folder (``--force`` on a changed run removes exactly these)
+RUN_OUTPUTS = ("checkpoints", "train.log", "eval", "run.json", "cpu_trace.jsonl", "uptrained.pt")
+
+
+def recorded_settings(paths: RunPaths, record: dict) -> Optional[List[str]]:
+    """The settings a run folder's training used (``run.json``), None if it records none."""
+    if record.get("train_settings"):
+        return list(record["train_settings"])
+    if record.get("command"):  # recorded before the settings were
+        return training_settings(record["command"])
+    return None
+
+
+def trained_anything(paths: RunPaths) -> bool:
+    return paths.checkpoints.is_dir() and any(paths.checkpoints.iterdir())
+
+
+def check_run_folder(run: Run, paths: RunPaths, settings: List[str], force: bool = False) -> Optional[str]:
+    """Bind ``run``'s folder to ``settings``: None when it is empty, or trained with these
+    settings (it resumes); else what differs. With ``force`` a folder trained otherwise is
+    emptied of what the runner made there (said loudly) and None returned."""
+    record = read_record(paths)
+    if not trained_anything(paths) and not paths.train_log.exists():
+        return None
+    recorded = recorded_settings(paths, record)
+    if recorded == settings:
+        return None
+    why = (f"{run.name}: {paths.root} holds checkpoints that sret-experiments did not record (no run.json)"
+           if recorded is None else
+           f"{run.name} was trained in {paths.root} with other settings ({settings_difference(recorded, settings)})")
+    if not force:
+        return why
+    log(f"{why}: --force: training it again from scratch (its checkpoints, log and evaluations are replaced)")
+    for name in RUN_OUTPUTS:
+        target = paths.root / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            target.unlink()
+    return None
+
+
+def run_settings(experiment: Experiment, run: Run, data: str, output, cpu: bool, max_update, max_epoch,
+                 model_options: Optional[List[str]]) -> List[str]:
+    """The training settings of ``run``; an uptrained run's include its teacher's (the teacher
+    row's, or when the row is not selected, those its run folder records)."""
+    paths = run_paths(output, run)
+    settings = training_settings(train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update,
+                                               max_epoch=max_epoch, model_options=model_options))
+    if run.row.uptrain_from:
+        row = next((r for r in experiment.rows if r.id == run.row.uptrain_from), None)
+        if row is not None:
+            teacher = run_settings(experiment, Run(row, run.seed), data, output, cpu, max_update, max_epoch, None)
+        else:
+            teacher = read_record(teacher_paths(output, run)).get("train_settings") or ["<not recorded>"]
+        settings += ["<teacher>", *teacher]
+    return settings
+
+
 def model_facts(checkpoint) -> dict:
     """Unique parameters and layer applications of a fairseq checkpoint.
 
@@ -575,13 +694,17 @@ def run_experiment(
     on_run_done: Optional[Callable[[Run, dict], None]] = None,
     known: Optional[Dict[str, dict]] = None,
     deadline: Optional[float] = None,
+    force: bool = False,
 ) -> List[dict]:
     """Train and evaluate every run that is not done yet; returns every run's record.
 
     ``known``: records of earlier sessions (run name -> record) that count as done when
     their config matches. ``deadline`` (a ``time.time()`` value): no run starts after it,
     and trainings still going then are stopped (they resume from their last checkpoint
-    when the command runs again on the same output folder).
+    when the command runs again on the same output folder). A run folder trained with other
+    settings (:func:`check_run_folder`) stops everything before any training
+    (:class:`SettingsChanged`), or with ``force`` is trained again from scratch. Ctrl-C
+    stops the trainings (they resume the same way) and raises ``KeyboardInterrupt``.
     """
     output = Path(output)
     pending = []
@@ -590,110 +713,132 @@ def run_experiment(
             log(f"{run.name}: done already, skipped")
         else:
             pending.append(run)
+    changed = []
+    for run in pending:
+        paths = run_paths(output, run)
+        options = read_record(paths).get("uptrain", {}).get("model_options")
+        settings = run_settings(experiment, run, data, output, cpu, max_update, max_epoch, options)
+        changed += [problem for problem in [check_run_folder(run, paths, settings, force)] if problem]
+    if changed:
+        more = f"; and {len(changed) - 2} more" if len(changed) > 2 else ""
+        raise SettingsChanged("; ".join(changed[:2]) + more + ": their checkpoints would give the new row's"
+                              " numbers from the old model; restore the experiment file, give another --output,"
+                              " or pass --force to train them again from scratch")
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     running = []  # (run, paths, process, log file, started)
     traces = {}  # run name -> CpuTrace
     failures = []
     last_progress = time.time()
     stopped = []
-    while pending or running:
-        if deadline is not None and time.time() >= deadline:
-            for run, paths, process, handle, _ in running:
-                process.terminate()
-                _, cpu_seconds = reap(process, block=True)
-                handle.close()
-                record = read_record(paths)
-                add_cpu_seconds(record, cpu_seconds)
-                write_record(paths, record)
-                stopped.append(run.name)
-            stopped += [run.name for run in pending]
-            log(f"time limit reached: {len(stopped)} runs not finished ({', '.join(stopped)});"
-                " run the same command again to continue")
-            break
-        while len(running) < max(1, jobs):
-            # an uptrained run waits for its teacher run when that is still to finish here
-            busy = {r.name for r in pending} | {item[0].name for item in running}
-            run = next((r for r in pending if r.teacher_name not in busy), None)
-            if run is None:
-                break
-            pending.remove(run)
-            paths = run_paths(output, run)
-            paths.root.mkdir(parents=True, exist_ok=True)
-            record = read_record(paths)
-            model_options = None
-            if run.row.uptrain_from:
-                model_options = record.get("uptrain", {}).get("model_options")
-                if not (model_options and uptrained_checkpoint(paths).is_file()):
-                    try:
-                        model_options = convert_teacher(output, run, paths, env)
-                    except ExperimentError as exc:
-                        log(f"{run.name}: uptraining FAILED: {exc}")
-                        record.update(status="failed", row=run.row.id, seed=run.seed, error=str(exc))
-                        write_record(paths, record)
-                        failures.append(run.name)
-                        continue
-                    log(f"{run.name}: converted {run.teacher_name} with sret-uptrain")
-                record["uptrain"] = {"from": run.teacher_name, "model_options": model_options}
-            cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch,
-                                model_options=model_options)
-            record.update(status="training", row=run.row.id, seed=run.seed, command=portable(cmd[1:]), jobs=jobs,
-                          config=run_config(experiment, run, max_update, max_epoch))
-            write_record(paths, record)
-            log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
-            handle = open(paths.train_log, "a", encoding="utf-8")
-            process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
-            running.append((run, paths, process, handle, time.time()))
-            if experiment.evaluation.curve_every:
-                traces[run.name] = CpuTrace(paths, process.pid, record.get("train_cpu_seconds", 0.0))
-        time.sleep(0.5)
-        for trace in traces.values():
-            trace.poll(time.time())
-        if progress_interval and time.time() - last_progress >= progress_interval:
-            last_progress = time.time()
-            for run, paths, _, _, started in running:
-                log(_progress_line(run, paths, started))
-        still = []
-        for item in running:
-            run, paths, process, handle, started = item
-            returncode, cpu_seconds = reap(process)
-            if returncode is None:
-                still.append(item)
-                continue
+
+    def stop_trainings() -> None:
+        for run, paths, process, handle, _ in running:
+            process.terminate()
+            _, cpu_seconds = reap(process, block=True)
             handle.close()
-            traces.pop(run.name, None)
-            text = paths.train_log.read_text(encoding="utf-8", errors="replace")
             record = read_record(paths)
             add_cpu_seconds(record, cpu_seconds)
-            if process.returncode != 0:
-                tail = "\n".join(text.splitlines()[-15:])
-                log(f"{run.name}: training FAILED (exit {process.returncode}); last lines of {paths.train_log}:\n{tail}")
-                record.update(status="failed", returncode=process.returncode)
-                write_record(paths, record)
-                failures.append(run.name)
-                continue
-            record["train"] = training_summary(parse_training_log(text))
-            log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
-                f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
-            skipped: Dict[str, str] = {}
-            try:
-                record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
-                record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row, skipped=skipped)
-                if experiment.evaluation.curve_every:
-                    evaluate_curve(experiment, paths, data, record, cpu=cpu)
-            except Exception as exc:  # one run's evaluation must not stop the others
-                log(f"{run.name}: evaluation FAILED: {type(exc).__name__}: {exc}")
-                record.update(status="failed", error=f"evaluation: {type(exc).__name__}: {exc}")
-                write_record(paths, record)
-                failures.append(run.name)
-                continue
-            record.pop("error", None)
-            if skipped:
-                record["eval_skipped"] = skipped
-            record["status"] = "done"
             write_record(paths, record)
-            if on_run_done is not None:
-                on_run_done(run, record)
-        running = still
+            stopped.append(run.name)
+        running.clear()
+
+    try:
+        while pending or running:
+            if deadline is not None and time.time() >= deadline:
+                stop_trainings()
+                stopped += [run.name for run in pending]
+                log(f"time limit reached: {len(stopped)} runs not finished ({', '.join(stopped)});"
+                    " run the same command again to continue")
+                break
+            while len(running) < max(1, jobs):
+                # an uptrained run waits for its teacher run when that is still to finish here
+                busy = {r.name for r in pending} | {item[0].name for item in running}
+                run = next((r for r in pending if r.teacher_name not in busy), None)
+                if run is None:
+                    break
+                pending.remove(run)
+                paths = run_paths(output, run)
+                paths.root.mkdir(parents=True, exist_ok=True)
+                record = read_record(paths)
+                model_options = None
+                if run.row.uptrain_from:
+                    model_options = record.get("uptrain", {}).get("model_options")
+                    if not (model_options and uptrained_checkpoint(paths).is_file()):
+                        try:
+                            model_options = convert_teacher(output, run, paths, env)
+                        except ExperimentError as exc:
+                            log(f"{run.name}: uptraining FAILED: {exc}")
+                            record.update(status="failed", row=run.row.id, seed=run.seed, error=str(exc))
+                            write_record(paths, record)
+                            failures.append(run.name)
+                            continue
+                        log(f"{run.name}: converted {run.teacher_name} with sret-uptrain")
+                    record["uptrain"] = {"from": run.teacher_name, "model_options": model_options}
+                cmd = train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update, max_epoch=max_epoch,
+                                    model_options=model_options)
+                settings = run_settings(experiment, run, data, output, cpu, max_update, max_epoch, model_options)
+                record.update(status="training", row=run.row.id, seed=run.seed, command=portable(cmd[1:]), jobs=jobs,
+                              config=run_config(experiment, run, max_update, max_epoch), train_settings=settings,
+                              train_fingerprint=settings_fingerprint(settings))
+                write_record(paths, record)
+                log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
+                handle = open(paths.train_log, "a", encoding="utf-8")
+                process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+                running.append((run, paths, process, handle, time.time()))
+                if experiment.evaluation.curve_every:
+                    traces[run.name] = CpuTrace(paths, process.pid, record.get("train_cpu_seconds", 0.0))
+            time.sleep(0.5)
+            for trace in traces.values():
+                trace.poll(time.time())
+            if progress_interval and time.time() - last_progress >= progress_interval:
+                last_progress = time.time()
+                for run, paths, _, _, started in running:
+                    log(_progress_line(run, paths, started))
+            still = []
+            for item in running:
+                run, paths, process, handle, started = item
+                returncode, cpu_seconds = reap(process)
+                if returncode is None:
+                    still.append(item)
+                    continue
+                handle.close()
+                traces.pop(run.name, None)
+                text = paths.train_log.read_text(encoding="utf-8", errors="replace")
+                record = read_record(paths)
+                add_cpu_seconds(record, cpu_seconds)
+                if process.returncode != 0:
+                    tail = "\n".join(text.splitlines()[-15:])
+                    log(f"{run.name}: training FAILED (exit {process.returncode}); last lines of {paths.train_log}:\n{tail}")
+                    record.update(status="failed", returncode=process.returncode)
+                    write_record(paths, record)
+                    failures.append(run.name)
+                    continue
+                record["train"] = training_summary(parse_training_log(text))
+                log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
+                    f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
+                skipped: Dict[str, str] = {}
+                try:
+                    record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
+                    record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row, skipped=skipped)
+                    if experiment.evaluation.curve_every:
+                        evaluate_curve(experiment, paths, data, record, cpu=cpu)
+                except Exception as exc:  # one run's evaluation must not stop the others
+                    log(f"{run.name}: evaluation FAILED: {type(exc).__name__}: {exc}")
+                    record.update(status="failed", error=f"evaluation: {type(exc).__name__}: {exc}")
+                    write_record(paths, record)
+                    failures.append(run.name)
+                    continue
+                record.pop("error", None)
+                if skipped:
+                    record["eval_skipped"] = skipped
+                record["status"] = "done"
+                write_record(paths, record)
+                if on_run_done is not None:
+                    on_run_done(run, record)
+            running = still
+    except KeyboardInterrupt:
+        stop_trainings()
+        raise
     if failures:
         raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (the log above and their"
                            " run.json and train.log say why)")

@@ -10,6 +10,10 @@ def dictionary_fingerprint(dictionary) -> str:
     return hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()[:16]
 
 
+#: where the fingerprints of a model's dictionaries are recorded (its options, its weights' metadata)
+DICTIONARY_FINGERPRINTS = ("source_dictionary_fingerprint", "target_dictionary_fingerprint")
+
+
 def check_dictionaries(args, task) -> None:
     """At the first build, record the fingerprints of the task's dictionaries
     (``{source,target}_dictionary_fingerprint``); when a checkpoint's configuration already
@@ -26,5 +30,5 @@ def check_dictionaries(args, task) -> None:
         elif recorded != found:
             raise ValueError(
                 f"the data-bin's {side} dictionary ({len(dictionary)} symbols, fingerprint {found}) is not the one the"
-                f" model was trained with (fingerprint {recorded}): translate with the data-bin the model was trained"
+                f" model was trained with (fingerprint {recorded}): use the data-bin the model was trained"
                 " on (its dict.*.txt)")

@@ -8,6 +8,8 @@ are fairseq's own (we subclass its transformer); only the layers differ
 import contextlib
 import contextvars
 import re
+from argparse import Namespace
+from types import SimpleNamespace
 from typing import Dict, Iterator
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -22,7 +24,9 @@ from omegaconf import OmegaConf
 
 from ...core import SReTLayerSpec
 from ...core.depth import DepthControl
-from .dictionaries import check_dictionaries
+from ...core.mixed_depth import check_depth_options
+from ...nmt_checkpoints import mismatch_summary
+from .dictionaries import DICTIONARY_FINGERPRINTS, check_dictionaries
 from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
 from .options import SReTOptions, sret_base_architecture
@@ -110,6 +114,10 @@ class SReTTransformerModel(DepthControl, TransformerModel):
         record_trained_recursions(args)
         spec = read_spec(args)
         check_dictionaries(args, task)
+        # the mixed-depth criterion's options, given on the same command line: checked before
+        # training starts (the criterion itself sees the model only at the first step)
+        check_depth_options(getattr(args, "mixed_depth", None), getattr(args, "depth_warmup", None),
+                            (args.encoder_trained_recursions, args.decoder_trained_recursions))
         warn_untrained_depth(args)
         with _building(spec):
             return super().build_model(args, task)
@@ -141,6 +149,36 @@ class SReTTransformerModel(DepthControl, TransformerModel):
                 raise
             raise ValueError(weights_mismatch(str(exc))) from None
 
+    # ------------------------------------------------------------ the dictionaries of the weights
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """The weights, and beside them (in the state dict's metadata, kept by torch.save) the
+        fingerprints of the dictionaries they were trained with: a training resumed or
+        fine-tuned on another data-bin is refused when it loads them, as generation is when
+        it builds the model (:func:`check_dictionaries`)."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        metadata = getattr(destination, "_metadata", None)
+        if metadata is not None:
+            metadata.setdefault(prefix[:-1], {}).update(
+                {key: getattr(self.args, key) for key in DICTIONARY_FINGERPRINTS if getattr(self.args, key, None)})
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        recorded = Namespace(**{key: local_metadata[key] for key in DICTIONARY_FINGERPRINTS if key in local_metadata})
+        check_dictionaries(recorded, SimpleNamespace(source_dictionary=self.encoder.dictionary,
+                                                     target_dictionary=self.decoder.dictionary))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
+    # ------------------------------------------------------------ generation
+    def prepare_for_inference_(self, cfg):
+        """fairseq's preparation, after refusing the generation options this model cannot
+        honour (:data:`UNSUPPORTED_GENERATION`), by name."""
+        generation = getattr(cfg, "generation", None)
+        for name, (default, why) in UNSUPPORTED_GENERATION.items():
+            value = getattr(generation, name, default)
+            if value not in (default, None, False):
+                given = "" if value is True else f" {value}"
+                raise ValueError(f"--{name.replace('_', '-')}{given}: {why}")
+        super().prepare_for_inference_(cfg)
+
     def lrc_coefficients(self) -> Dict[str, float]:
         """Every LRC coefficient by parameter name (for plots and logs)."""
         return {
@@ -148,6 +186,23 @@ class SReTTransformerModel(DepthControl, TransformerModel):
             for name, p in self.named_parameters()
             if name.endswith(("skip_scale", "branch_scale"))
         }
+
+
+#: generation options (fairseq's GenerationConfig) that sret_transformer refuses: (default, why)
+UNSUPPORTED_GENERATION = {
+    **{name: (None, "sret_transformer does not compute attention weights (its attention runs fused), which"
+                    f" alignments are read from: drop --{name.replace('_', '-')}")
+       for name in ("print_alignment", "replace_unk")},
+    **{name: (default, "an option of fairseq's non-autoregressive models (--task translation_lev); sret_transformer"
+                       " decodes left to right: drop it")
+       for name, default in (("iter_decode_eos_penalty", 0.0), ("iter_decode_max_iter", 10),
+                             ("iter_decode_force_max_iter", False), ("iter_decode_with_beam", 1),
+                             ("iter_decode_with_external_reranker", False), ("retain_iter_history", False),
+                             ("decoding_format", None), ("print_step", False))},
+    **{name: (default, "an option of fairseq's speech-to-speech translation (its second decoder); sret_transformer"
+                       " has one decoder: drop it")
+       for name, default in (("beam_mt", 0), ("max_len_a_mt", 0), ("max_len_b_mt", 200), ("lenpen_mt", 1))},
+}
 
 
 def weights_mismatch(torch_message: str) -> str:
@@ -165,15 +220,7 @@ def weights_mismatch(torch_message: str) -> str:
         name, saved, built = vocab[0]
         return (f"the data-bin's dictionary does not match the checkpoint's ({name}: {saved} in the checkpoint,"
                 f" {built} with this data-bin's dictionary): translate with the data-bin the model was trained on")
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
-    if shapes:
-        name, saved, built = shapes[0]
-        parts.append(f"{len(shapes)} of another shape (e.g. {name}: {saved} in the checkpoint, {built} in the model)")
     return ("the checkpoint's weights do not fit the model its configuration (with any --model-overrides) builds: "
-            + "; ".join(parts or [torch_message.splitlines()[0]])
+            + (mismatch_summary(missing, unexpected, shapes) or torch_message.splitlines()[0])
             + ". Overrides may change the depth (encoder_recursions, decoder_recursions) and options that keep"
               " the weights' shapes, not layer counts or widths")
