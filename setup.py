@@ -47,6 +47,10 @@ setup(
         # torch and torchvision of one build, e.g. torch==2.14.1 torchvision==0.29.1 in a
         # separate environment (a CUDA build of torch also runs on the CPU)
         "bench": ["timm"],
+        # fairseq_sret.hf: the translation models as transformers encoder-decoders
+        # (sret-export-hf; AutoModelForSeq2SeqLM after `import fairseq_sret.hf`). 5.24 is the
+        # version tested; the models use its `cache` argument of generate()/forward.
+        "hf": ["transformers>=5.24", "safetensors", "sentencepiece"],
     },
     entry_points={
         "console_scripts": [
@@ -59,6 +63,7 @@ setup(
             "sret-toy-data = fairseq_sret.toy_data:main",
             "sret-experiments = fairseq_sret.cli.experiments:main",
             "sret-uptrain = fairseq_sret.cli.uptrain:main",
+            "sret-export-hf = fairseq_sret.cli.export_hf:main",
         ],
     },
     classifiers=[

@@ -13,6 +13,7 @@ command                                 module
 ``sret-count vision|nmt``               :mod:`fairseq_sret.cli.count`
 ``sret-toy-data``                       :mod:`fairseq_sret.toy_data`
 ``sret-uptrain``                        :mod:`fairseq_sret.cli.uptrain`
+``sret-export-hf``                      :mod:`fairseq_sret.cli.export_hf`
 ======================================  =========================================
 """
 
