@@ -247,7 +247,8 @@ class SReTDecoder(_Stack):
     encoder output (B, S, C) through every application's cross-attention.
 
     With ``cache`` (an :class:`~transformers.cache_utils.EncoderDecoderCache` laid out as
-    :class:`SReTCache` describes) ``input_ids`` are the new steps after the cached ones."""
+    :class:`SReTCache` describes) ``input_ids`` are the new steps after the cached ones, which
+    are taken as unpadded."""
 
     def __init__(self, config: SReTConfig, embed_tokens: nn.Embedding):
         super().__init__(config, "decoder", embed_tokens)
@@ -279,8 +280,9 @@ class SReTDecoder(_Stack):
         if cache is not None:
             if not isinstance(cache, EncoderDecoderCache):
                 raise TypeError(f"SReT decoding needs an EncoderDecoderCache (SReTCache), got {type(cache).__name__}")
-            if has_padding:
-                raise ValueError("cached decoding takes decoder inputs without padding (padding ids in decoder_input_ids)")
+            # the steps are unpadded; a padding id here is what greedy search feeds a finished
+            # hypothesis, whose outputs are not read (fairseq drops such rows instead)
+            has_padding = False
             past = cache.get_seq_length()
             positions = torch.arange(input_ids.size(1), device=input_ids.device) + self.padding_idx + past + 1
             positions = positions.unsqueeze(0).expand_as(input_ids)
