@@ -468,9 +468,6 @@ class SReTForConditionalGeneration(_DepthOnDemand, SReTPreTrainedModel, Generati
     def decoder(self) -> SReTDecoder:
         return self.model.decoder
 
-    def _apply_configured_depth(self) -> None:  # the inner SReTModel applied it
-        pass
-
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()
 
