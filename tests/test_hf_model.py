@@ -441,3 +441,35 @@ def test_export_records_what_it_was_made_from(exported, data_bin):
     assert record["made_by"] == "sret-export-hf" and Path(record["data_bin"]) == data_bin.resolve()
     assert (record["source_lang"], record["target_lang"]) == ("de", "en")
     assert isinstance(argparse.Namespace(**record), argparse.Namespace)
+
+
+# ---------------------------------------------------------------- configuration
+@pytest.mark.parametrize("fields,message", [
+    (dict(encoder_groups="2,1,1"), "encoder_groups has 3 values but there are 2 recursions"),
+    (dict(decoder_groups="2", decoder_partition="contiguous"), "decoder_partition: 'contiguous' cannot be used"),
+    (dict(encoder_recursions=0), "encoder_recursions must be an integer >= 1"),
+    (dict(decoder_attention_heads=5), "decoder_attention_heads=5 must be >= 1 and divide decoder_embed_dim=512"),
+    (dict(encoder_embed_dim=256, encoder_attention_heads=4), "encoder_embed_dim (256) must equal decoder_embed_dim"),
+    (dict(activation_fn="swish"), "unknown activation 'swish'"),
+    (dict(share_all_embeddings=True, vocab_size=10, decoder_vocab_size=12), "share_all_embeddings needs one dictionary"),
+])
+def test_configuration_errors_name_the_field(fields, message):
+    from fairseq_sret.hf import SReTConfig
+
+    with pytest.raises(ValueError, match=__import__("re").escape(message)):
+        SReTConfig(**fields)
+
+
+def test_base_model_loads_from_an_export(exported, task, data_bin):
+    from transformers import AutoModel
+
+    from fairseq_sret.hf import SReTModel
+
+    _, out = exported("pre-LN groups 2,1")
+    base = AutoModel.from_pretrained(out).eval()
+    full = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    assert isinstance(base, SReTModel)
+    src, _, prev = toy_batch(data_bin, task, count=4)
+    with torch.no_grad():
+        features = base(input_ids=src, decoder_input_ids=prev).last_hidden_state
+    assert (full.lm_head(features) - hf_logits(full, src, prev)).abs().max() <= 1e-6

@@ -522,7 +522,8 @@ class SReTForConditionalGeneration(_DepthOnDemand, SReTPreTrainedModel, Generati
         config = kwargs.get("generation_config") or self.generation_config
         eos = kwargs.get("eos_token_id", config.eos_token_id)
         if isinstance(eos, int) and kwargs.get("forced_eos_token_id", config.forced_eos_token_id) is None:
-            max_new_tokens = kwargs.get("max_new_tokens", None if "max_length" in kwargs else config.max_new_tokens)
+            # transformers' precedence: max_new_tokens (given or configured), else max_length
+            max_new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
             limit = EndAtLengthLimit(eos, max_new_tokens, kwargs.get("max_length", config.max_length))
             kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), limit])
         chosen = {side: value for side, value in zip(SIDES, (encoder_depth, decoder_depth)) if value is not None}
