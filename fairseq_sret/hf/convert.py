@@ -26,13 +26,12 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-import torch
 from torch import Tensor
 
 from .. import __version__
 from ..nmt_checkpoints import load_checkpoint
 from .configuration import SReTConfig
-from .tokenization import VOCAB_FILES_NAMES, read_fairseq_dictionary
+from .tokenization import read_fairseq_dictionary
 
 MARKER = "sret_export.json"
 MADE_BY = "sret-export-hf"
@@ -278,7 +277,10 @@ def replace_path(new: Path, out: Path) -> None:
         old = out.parent / f".{out.name}.replaced-{os.getpid()}"
         os.replace(out, old)
         os.replace(new, out)
-        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink()
     else:
         os.replace(new, out)
 
@@ -321,4 +323,4 @@ def export_checkpoint(checkpoint, data_bin, out, force: bool = False) -> dict:
         replace_path(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return dict(summary, out=str(out), files=sorted(p.name for p in out.iterdir()), vocab_files=VOCAB_FILES_NAMES)
+    return dict(summary, out=str(out))
