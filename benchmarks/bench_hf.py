@@ -6,16 +6,16 @@ hypotheses? the same BLEU? how fast? (docs/hf.md)
 
 1. Exports the checkpoint with sret-export-hf's library function (to a temporary folder, or
    uses ``--exported DIR``).
-2. Parity, per search (greedy, then beam ``--beam``): fairseq-generate translates the test
-   subset of the data-bin (the plugin, in this process, ``--batch-size``, max length 200);
-   the exported model translates the raw source text (``text/test.raw.<src>``) through its
-   own tokenizer and ``generate()`` in batches of the same size, sources sorted by length and
-   left-padded as fairseq batches them. Printed: the sentences whose hypotheses are identical
-   (pieces), and sacreBLEU of both against the raw references.
-3. Speed: on the batches fairseq-generate makes, fairseq's ``SequenceGenerator`` (what
-   fairseq-generate runs per batch) and ``generate()`` alternate batch by batch; each is timed
-   in this process's CPU time (one thread: what else runs on a shared machine adds little), and
-   sentences/s is the test set over the summed time.
+2. Per search (greedy, then beam ``--beam``): fairseq-generate translates the test subset of
+   the data-bin (the plugin, in this process, ``--batch-size``, max length 200). Then, on the
+   batches fairseq-generate makes, alternating batch by batch, fairseq's ``SequenceGenerator``
+   (what fairseq-generate runs per batch) translates the binarised sentences and the exported
+   model translates the same sentences' raw text (``text/test.raw.<src>``) through its own
+   tokenizer and ``generate()``, left-padded as fairseq batches them.
+3. Printed: the sentences whose hypotheses (pieces) are identical to fairseq-generate's,
+   sacreBLEU of both against the raw references, and sentences/s of both: the test set over
+   the summed generation time in this process's CPU time (one thread: what else runs on a
+   shared machine adds little).
 """
 
 import argparse
@@ -52,24 +52,19 @@ def fairseq_generate(data_bin, checkpoint, subset, beam, lenpen, batch_size, wor
     return read_hypotheses(output)
 
 
-def hf_translate(model, tokenizer, sources, beam, lenpen, batch_size):
-    """generate()'s hypotheses (pieces, in sentence order) for the raw ``sources``."""
-    order = sorted(range(len(sources)), key=lambda i: len(tokenizer(sources[i]).input_ids))
-    hypotheses = [None] * len(sources)
-    tokenizer.padding_side = "left"
-    for start in range(0, len(order), batch_size):
-        chosen = order[start:start + batch_size]
-        batch = tokenizer([sources[i] for i in chosen], padding=True, return_tensors="pt")
-        with torch.no_grad():
-            out = model.generate(**batch, num_beams=beam, length_penalty=lenpen)
-        for i, row in zip(chosen, out[:, 1:].tolist()):
-            row = row[: row.index(2)] if 2 in row else row
-            hypotheses[i] = " ".join(tokenizer.convert_ids_to_tokens(row))
-    return hypotheses
+def pieces_of(tokenizer, row) -> str:
+    """A generated row (start token first) as fairseq prints a hypothesis: its pieces up to </s>."""
+    row = row[1:]
+    row = row[: row.index(2)] if 2 in row else row
+    return " ".join(tokenizer.convert_ids_to_tokens(row))
 
 
-def speed(checkpoint, data_bin, subset, model, beam, lenpen, batch_size):
-    """Sentences/s of fairseq's SequenceGenerator and of generate() on fairseq-generate's batches."""
+def translate_both(checkpoint, data_bin, subset, model, tokenizer, sources, beam, lenpen, batch_size):
+    """On the batches fairseq-generate makes, alternating batch by batch: fairseq's
+    SequenceGenerator (what fairseq-generate runs per batch) on the binarised sentences, and
+    generate() on the same sentences' raw text through the exported tokenizer (left-padded, as
+    fairseq batches). Returns generate()'s hypotheses (pieces, in sentence order) and the
+    sentences/s of both (this process's CPU time)."""
     import fairseq_sret.models  # noqa: F401  (registers sret_transformer)
     from fairseq import checkpoint_utils
     from fairseq.sequence_generator import SequenceGenerator
@@ -81,20 +76,23 @@ def speed(checkpoint, data_bin, subset, model, beam, lenpen, batch_size):
     ).next_epoch_itr(shuffle=False)
     generator = SequenceGenerator([models[0].eval()], task.target_dictionary, beam_size=beam, len_penalty=lenpen,
                                   max_len_b=200)
+    tokenizer.padding_side = "left"
     seconds = {"fairseq": 0.0, "transformers": 0.0}
-    sentences = 0
+    hypotheses = [None] * len(sources)
     for sample in batches:
-        src = sample["net_input"]["src_tokens"]
-        for name in seconds:
-            start = time.process_time()
-            with torch.no_grad():
-                if name == "fairseq":
-                    task.inference_step(generator, [models[0]], sample)
-                else:
-                    model.generate(input_ids=src, attention_mask=src.ne(1).long(), num_beams=beam, length_penalty=lenpen)
-            seconds[name] += time.process_time() - start
-        sentences += src.size(0)
-    return {name: sentences / s for name, s in seconds.items()}, sentences
+        ids = sample["id"].tolist()
+        inputs = tokenizer([sources[i] for i in ids], padding=True, return_tensors="pt")
+        start = time.process_time()
+        with torch.no_grad():
+            task.inference_step(generator, [models[0]], sample)
+        seconds["fairseq"] += time.process_time() - start
+        start = time.process_time()
+        with torch.no_grad():
+            out = model.generate(**inputs, num_beams=beam, length_penalty=lenpen)
+        seconds["transformers"] += time.process_time() - start
+        for i, row in zip(ids, out.tolist()):
+            hypotheses[i] = pieces_of(tokenizer, row)
+    return hypotheses, {name: len(sources) / s for name, s in seconds.items()}
 
 
 def main(argv=None) -> int:
@@ -125,11 +123,11 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|")
         for beam in (1, args.beam):
             expected = fairseq_generate(data_bin, args.checkpoint, args.subset, beam, args.lenpen, args.batch_size, work)
-            got = hf_translate(model, tokenizer, sources, beam, args.lenpen, args.batch_size)
+            got, rates = translate_both(args.checkpoint, data_bin, args.subset, model, tokenizer, sources, beam,
+                                        args.lenpen, args.batch_size)
             same = sum(a == b for a, b in zip(expected, got))
             bleu = [sacrebleu_detok([SentencePieceCodec.decode(h) for h in hyps], references).score
                     for hyps in (expected, got)]
-            rates, _ = speed(args.checkpoint, data_bin, args.subset, model, beam, args.lenpen, args.batch_size)
             print(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {same}/{len(expected)} ({100 * same / len(expected):.1f}%)"
                   f" | {bleu[0]:.2f} | {bleu[1]:.2f} | {rates['fairseq']:.1f} | {rates['transformers']:.1f} |")
             sys.stdout.flush()
