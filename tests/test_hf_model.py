@@ -142,9 +142,10 @@ def fairseq_model(state: dict, task, depth=None):
     return model.eval()
 
 
-def toy_batch(data_bin: Path, task, count=None):
+def toy_batch(data_bin: Path, task, count=None, with_targets=False):
     """The toy test set as fairseq batches it: left-padded sources, prev_output_tokens
-    (eos + target) right-padded, built with fairseq's Dictionary from the SentencePiece pieces."""
+    (eos + target) right-padded (and the right-padded targets), built with fairseq's Dictionary
+    from the SentencePiece pieces."""
     d = task.source_dictionary
     pieces = {lang: (data_bin / "text" / f"test.sp.{lang}").read_text(encoding="utf-8").splitlines()
               for lang in ("de", "en")}
@@ -155,9 +156,11 @@ def toy_batch(data_bin: Path, task, count=None):
     for i, s in enumerate(sources):
         src[i, width - len(s):] = s
     prev = torch.full((len(targets), max(len(t) for t in targets)), d.pad())
+    target = prev.clone()
     for i, t in enumerate(targets):
         prev[i, : len(t)] = torch.cat([torch.tensor([d.eos()]), t[:-1]])
-    return src, src.ne(d.pad()).sum(1), prev
+        target[i, : len(t)] = t
+    return (src, src.ne(d.pad()).sum(1), prev) + ((target,) if with_targets else ())
 
 
 # ---------------------------------------------------------------- fixtures
@@ -224,6 +227,19 @@ def test_teacher_forced_logits_equal_fairseq(exported, task, data_bin, name, dep
     with torch.no_grad():
         expected, _ = ref(src, lengths, prev)
     assert (hf_logits(ours, src, prev) - expected).abs().max() <= 1e-5
+
+
+def test_labels_give_fairseqs_inputs_and_loss(exported, task, data_bin):
+    state, out = exported("post-LN")
+    src, lengths, prev, target = toy_batch(data_bin, task, with_targets=True)
+    with torch.no_grad():
+        expected, _ = fairseq_model(state, task)(src, lengths, prev)
+        output = AutoModelForSeq2SeqLM.from_pretrained(out).eval()(
+            input_ids=src, attention_mask=src.ne(1).long(), labels=target)
+    real = target.ne(task.target_dictionary.pad())  # past the end, HF feeds </s> where fairseq feeds padding
+    assert (output.logits[real] - expected[real]).abs().max() <= 1e-5
+    loss = torch.nn.functional.cross_entropy(expected.transpose(1, 2), target, ignore_index=task.target_dictionary.pad())
+    assert abs(output.loss.item() - loss.item()) <= 1e-5
 
 
 def test_padding_side_does_not_matter(exported, task, data_bin):

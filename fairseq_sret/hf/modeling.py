@@ -481,27 +481,18 @@ class SReTForConditionalGeneration(_DepthOnDemand, SReTPreTrainedModel, Generati
         self.lm_head = value
 
     def forward(
-        self,
-        input_ids: Optional[Tensor] = None,
-        attention_mask: Optional[Tensor] = None,
-        decoder_input_ids: Optional[Tensor] = None,
-        encoder_outputs=None,
-        cache: Optional[Cache] = None,
-        labels: Optional[Tensor] = None,
-        use_cache: Optional[bool] = None,
-        **kwargs,
+        self, input_ids: Optional[Tensor] = None, decoder_input_ids: Optional[Tensor] = None,
+        labels: Optional[Tensor] = None, **kwargs,
     ) -> Seq2SeqLMOutput:
-        """As :meth:`SReTModel.forward`, returning logits (B, T, target vocabulary) in float32;
+        """:meth:`SReTModel.forward` (the other arguments: ``attention_mask``, ``encoder_outputs``,
+        ``cache``, ``use_cache``), returning logits (B, T, target vocabulary) in float32;
         ``labels`` (B, T) (-100 or padding ignored) give the cross-entropy ``loss`` and, without
         ``decoder_input_ids``, the decoder inputs (shifted right behind the start token)."""
         if labels is not None:
-            cache = None
+            kwargs["cache"] = None
             if decoder_input_ids is None:
                 decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-        outputs = self.model(
-            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            encoder_outputs=encoder_outputs, cache=cache, use_cache=use_cache,
-        )
+        outputs = self.model(input_ids, decoder_input_ids=decoder_input_ids, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state).float()
         loss = None
         if labels is not None:
