@@ -128,6 +128,16 @@ def uptrained_checkpoint(data_bin: Path, path: Path) -> dict:
     return converted
 
 
+def hydra_style(state: dict, path: Path) -> dict:
+    """The checkpoint as fairseq-hydra-train saves it: the model options a plain dict, without
+    what sret_transformer records on its build namespace (trained recursions, fingerprints)."""
+    options = {k: v for k, v in vars(state["cfg"]["model"]).items()
+               if not k.endswith(("_trained_recursions", "_dictionary_fingerprint"))}
+    hydra = dict(state, cfg=dict(state["cfg"], model=options))
+    torch.save(hydra, path)
+    return dict(state, cfg=dict(state["cfg"], model=argparse.Namespace(**options)))
+
+
 def fairseq_model(state: dict, task, depth=None):
     """The checkpoint's model as fairseq builds it, at ``depth`` (fairseq's depth override:
     ``--model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}"``)."""
@@ -200,6 +210,8 @@ def exported(data_bin, tmp_path_factory):
             path = root / f"{len(made)}.pt"
             if name == "uptrained":
                 state = uptrained_checkpoint(data_bin, path)
+            elif name == "hydra-style":
+                state = hydra_style(sret_checkpoint(data_bin, path, seed=len(made), encoder_groups="2,1"), path)
             else:
                 state = sret_checkpoint(data_bin, path, seed=len(made), **VARIANTS[name])
             out = root / f"{len(made)}-hf"
@@ -216,7 +228,7 @@ def hf_logits(model, src, prev, pad=1):
 
 
 # ---------------------------------------------------------------- logits
-@pytest.mark.parametrize("name", [*VARIANTS, "uptrained"])
+@pytest.mark.parametrize("name", [*VARIANTS, "uptrained", "hydra-style"])
 @pytest.mark.parametrize("depth", [None, 1])
 def test_teacher_forced_logits_equal_fairseq(exported, task, data_bin, name, depth):
     state, out = exported(name)
@@ -456,7 +468,9 @@ def test_export_records_what_it_was_made_from(exported, data_bin):
     record = json.loads((out / MARKER).read_text())
     assert record["made_by"] == "sret-export-hf" and Path(record["data_bin"]) == data_bin.resolve()
     assert (record["source_lang"], record["target_lang"]) == ("de", "en")
-    assert isinstance(argparse.Namespace(**record), argparse.Namespace)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    assert record["unique_parameters"] == sum(p.numel() for p in model.parameters())
+    assert record["depth"] == record["recursions"] == [2, 2]
 
 
 # ---------------------------------------------------------------- configuration
