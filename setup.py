@@ -31,7 +31,9 @@ setup(
         # seconds instead of downloading 286 MB; the kernels work with 3.8 and 3.9 (both tested).
         # onnx...: the ONNX export tests (slow tier, about a minute of CPU) run in CI too
         # matplotlib: the experiment runner's plots are checked in CI
+        # transformers, safetensors: the Hugging Face export's tests (fairseq_sret.hf)
         "test": ["pytest", "hypothesis", "pillow", "matplotlib", "onnx", "onnxscript", "onnxruntime",
+                 "transformers>=5.24", "safetensors",
                  'triton>=3.0,<3.9; platform_system == "Linux" and platform_machine == "x86_64"'],
         # the optional Triton kernels (fairseq_sret.core.fused); CUDA machines with a CUDA
         # build of torch usually have triton already
@@ -51,6 +53,10 @@ setup(
         # torch and torchvision of one build, e.g. torch==2.14.1 torchvision==0.29.1 in a
         # separate environment (a CUDA build of torch also runs on the CPU)
         "bench": ["timm"],
+        # fairseq_sret.hf: the translation models as transformers encoder-decoders
+        # (sret-export-hf; AutoModelForSeq2SeqLM after `import fairseq_sret.hf`). 5.24 is the
+        # version tested; the models use its `cache` argument of generate()/forward.
+        "hf": ["transformers>=5.24", "safetensors", "sentencepiece"],
     },
     entry_points={
         "console_scripts": [
@@ -63,6 +69,7 @@ setup(
             "sret-toy-data = fairseq_sret_cli.toy:main",
             "sret-experiments = fairseq_sret_cli.experiments:main",
             "sret-uptrain = fairseq_sret_cli.uptrain:main",
+            "sret-export-hf = fairseq_sret_cli.export_hf:main",
         ],
     },
     classifiers=[

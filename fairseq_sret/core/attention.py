@@ -396,8 +396,12 @@ class SlicedGroupAttention(nn.Module):
         cache: Optional[AttentionCache],
     ) -> Tensor:
         if cache is not None and "k" in cache:
-            k, v, mask = cache["k"], cache["v"], cache.get("mask")
-            every_row_has_key = cache[EVERY_ROW_HAS_KEY]
+            k, v = cache["k"], cache["v"]
+            if EVERY_ROW_HAS_KEY in cache:
+                mask, every_row_has_key = cache.get("mask"), cache[EVERY_ROW_HAS_KEY]
+            else:  # a cache that keeps only the keys and values (transformers' Cache classes)
+                mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
+                every_row_has_key = False
         else:
             if memory is None:
                 raise ValueError("cross-attention needs memory (the encoder output)")

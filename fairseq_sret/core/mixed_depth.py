@@ -22,7 +22,7 @@ then training goes on at the full depth (with the mixed-depth terms, if any)::
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -149,6 +149,30 @@ def check_depth_options(
     if warmup is not None:
         check_mixed_depth([DepthTerm(warmup.depths)], recursions, sides=sides, option="--depth-warmup")
     return terms, warmup
+
+
+def untrained_depth_warning(
+    depths: Sequence[int], trained: Sequence[int], mixed_depth: Optional[str] = None,
+) -> Optional[str]:
+    """The warning for running a translation model at ``depths`` (encoder, decoder) when it was
+    trained at its full depth ``trained`` with the ``--mixed-depth`` terms ``mixed_depth`` (the
+    option's text): None when its training included these depths. A model run at a depth it was
+    not trained at is much worse there, and it can be slower (longer outputs)."""
+    depths, trained = tuple(depths), tuple(trained)
+    if depths == trained:
+        return None
+    try:
+        terms = parse_mixed_depth(mixed_depth or "", sides=2)
+    except ValueError:
+        terms = ()
+    if any(term.depths == depths for term in terms):
+        return None
+    return (
+        f"running at depth encoder {depths[0]}, decoder {depths[1]}, but this model was trained only at its full"
+        f" depth {trained[0]}/{trained[1]}: expect much worse and possibly slower translations (train with"
+        f" --criterion sret_mixed_depth_label_smoothed_cross_entropy --mixed-depth {depths[0]}"
+        f"{'' if depths[0] == depths[1] else '/' + str(depths[1])}:0.5 for a model that runs at this depth)"
+    )
 
 
 def full_depth_label(model: DepthControl) -> str:

@@ -6,7 +6,7 @@ fails saying which override fixes it."""
 import logging
 
 from ...core import Recursive
-from ...core.mixed_depth import parse_mixed_depth
+from ...core.mixed_depth import untrained_depth_warning
 
 logger = logging.getLogger(__name__)
 
@@ -21,25 +21,19 @@ def record_trained_recursions(args) -> None:
 
 def warn_untrained_depth(args) -> None:
     """Warn when a depth override runs a model at a depth its training did not include: the
-    full depth, or a ``--mixed-depth`` term of its criterion. Such a model is much worse at that
-    depth, and it can be slower (longer outputs). Said nothing of a configuration that does not
-    record its criterion (fairseq-hydra-train keeps it apart from the model's)."""
-    depths = tuple(getattr(args, f"{side}_recursions") for side in ("encoder", "decoder"))
-    trained = tuple(getattr(args, f"{side}_trained_recursions") for side in ("encoder", "decoder"))
-    if depths == trained or getattr(args, "criterion", None) is None:
+    full depth, or a ``--mixed-depth`` term of its criterion
+    (:func:`fairseq_sret.core.mixed_depth.untrained_depth_warning`). Said nothing of a
+    configuration that does not record its criterion (fairseq-hydra-train keeps it apart from
+    the model's)."""
+    if getattr(args, "criterion", None) is None:
         return
-    try:
-        terms = parse_mixed_depth(getattr(args, "mixed_depth", None) or "", sides=2)
-    except ValueError:
-        terms = ()
-    if any(term.depths == depths for term in terms):
-        return
-    logger.warning(
-        f"running at depth encoder {depths[0]}, decoder {depths[1]}, but this model was trained only at its full"
-        f" depth {trained[0]}/{trained[1]}: expect much worse and possibly slower translations (train with"
-        f" --criterion sret_mixed_depth_label_smoothed_cross_entropy --mixed-depth {depths[0]}"
-        f"{'' if depths[0] == depths[1] else '/' + str(depths[1])}:0.5 for a model that runs at this depth)"
+    message = untrained_depth_warning(
+        [getattr(args, f"{side}_recursions") for side in ("encoder", "decoder")],
+        [getattr(args, f"{side}_trained_recursions") for side in ("encoder", "decoder")],
+        getattr(args, "mixed_depth", None),
     )
+    if message is not None:
+        logger.warning(message)
 
 
 def check_checkpoint_recursions(state_dict, name: str, recursive: Recursive, side: str) -> None:

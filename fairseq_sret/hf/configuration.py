@@ -1,0 +1,133 @@
+"""The transformers configuration of an SReT translation model (``model_type: sret_transformer``).
+
+The fields are the fairseq options of the trained model under the same names (what
+``sret-export-hf`` reads from a checkpoint), except:
+
+- ``{side}_recursions`` is the number of applications the layers were *trained* with
+  (fairseq's ``{side}_trained_recursions``), and ``{side}_depth`` how many of them run
+  (None: all of them): depth on demand, chosen at load time with
+  ``from_pretrained(dir, encoder_depth=1)``;
+- ``lrc`` is fairseq's ``not no_lrc``; ``{side}_normalize_before`` already takes ``--post-ln``
+  into account;
+- ``mixed_depth`` records the ``--mixed-depth`` terms of the training criterion ("" when it
+  had none, None when the checkpoint did not say): the depths below the full depth the model
+  was trained for, read by the warning for untrained depths;
+- the dictionary sizes are ``vocab_size`` (source) and ``decoder_vocab_size`` (target).
+"""
+
+from transformers import PretrainedConfig
+
+from ..core import RecursionSchedule, SReTLayerSpec, check_depth, get_activation
+
+SIDES = ("encoder", "decoder")
+
+
+class SReTConfig(PretrainedConfig):
+    r"""Configuration of :class:`~fairseq_sret.hf.SReTForConditionalGeneration` (see the module
+    docstring for the fields that differ from fairseq's options)."""
+
+    model_type = "sret_transformer"
+    attribute_map = {
+        "hidden_size": "decoder_embed_dim",
+        "d_model": "decoder_embed_dim",
+        "num_attention_heads": "decoder_attention_heads",
+    }
+
+    vocab_size: int = 8
+    decoder_vocab_size: int | None = None
+    encoder_embed_dim: int = 512
+    decoder_embed_dim: int = 512
+    encoder_ffn_embed_dim: int = 2048
+    decoder_ffn_embed_dim: int = 2048
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    encoder_recursions: int = 2
+    decoder_recursions: int = 2
+    encoder_depth: int | None = None
+    decoder_depth: int | None = None
+    encoder_groups: str = "1"
+    decoder_groups: str = "1"
+    encoder_partition: str = "auto"
+    decoder_partition: str = "auto"
+    nll_ratio: float = 1.0
+    lrc: bool = True
+    encoder_normalize_before: bool = True
+    decoder_normalize_before: bool = True
+    no_decoder_final_norm: bool = False
+    activation_fn: str = "relu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    max_source_positions: int = 1024
+    max_target_positions: int = 1024
+    encoder_learned_pos: bool = False
+    decoder_learned_pos: bool = False
+    no_token_positional_embeddings: bool = False
+    no_scale_embedding: bool = False
+    layernorm_embedding: bool = False
+    decoder_output_dim: int | None = None
+    share_all_embeddings: bool = False
+    share_decoder_input_output_embed: bool = False
+    mixed_depth: str | None = None
+    is_encoder_decoder: bool = True
+    use_cache: bool = True
+    tie_word_embeddings: bool = False
+    bos_token_id: int | None = 0
+    pad_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    unk_token_id: int = 3
+    decoder_start_token_id: int | None = 2
+
+    def __post_init__(self, **kwargs):
+        self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
+        self.decoder_output_dim = self.decoder_output_dim or self.decoder_embed_dim
+        # fairseq ties the output projection to the decoder's input embedding whenever the
+        # embeddings are shared (share_all_embeddings implies it)
+        self.share_decoder_input_output_embed = self.share_decoder_input_output_embed or self.share_all_embeddings
+        self.tie_word_embeddings = self.share_decoder_input_output_embed
+        super().__post_init__(**kwargs)
+        self.validate_sret()
+
+    def validate_sret(self) -> None:
+        """Fail, naming the field, for every configuration the model cannot be built with (the
+        depths are checked where the model is built, also after ``from_pretrained`` overrides)."""
+        for side in SIDES:
+            self.schedule(side)
+            dim, heads = getattr(self, f"{side}_embed_dim"), getattr(self, f"{side}_attention_heads")
+            if heads < 1 or dim % heads:
+                raise ValueError(f"{side}_attention_heads={heads} must be >= 1 and divide {side}_embed_dim={dim}")
+            for name in (f"{side}_layers", f"{side}_ffn_embed_dim"):
+                check_depth(getattr(self, name), name=name)
+        if self.encoder_embed_dim != self.decoder_embed_dim:
+            raise ValueError(
+                f"encoder_embed_dim ({self.encoder_embed_dim}) must equal decoder_embed_dim ({self.decoder_embed_dim}):"
+                " the decoder's cross-attention reads the encoder output at its own width"
+            )
+        if self.share_all_embeddings and self.vocab_size != self.decoder_vocab_size:
+            raise ValueError(
+                f"share_all_embeddings needs one dictionary: vocab_size={self.vocab_size},"
+                f" decoder_vocab_size={self.decoder_vocab_size}"
+            )
+        get_activation(self.activation_fn)
+
+    def layer_spec(self, side: str) -> SReTLayerSpec:
+        """``side``'s unique layer as the core builds it (the same spec the fairseq adapter reads
+        from its options): the trained schedule, every application running."""
+        return SReTLayerSpec(
+            embed_dim=getattr(self, f"{side}_embed_dim"), num_heads=getattr(self, f"{side}_attention_heads"),
+            ffn_dim=getattr(self, f"{side}_ffn_embed_dim"), schedule=self.schedule(side), causal=side == "decoder",
+            cross_attention=side == "decoder", normalize_before=getattr(self, f"{side}_normalize_before"),
+            lrc=self.lrc, nll_ratio=self.nll_ratio, activation=self.activation_fn, dropout=self.dropout,
+            attention_dropout=self.attention_dropout, activation_dropout=self.activation_dropout,
+        )
+
+    def schedule(self, side: str) -> RecursionSchedule:
+        """``side``'s recursion schedule as trained (every application runs), parsed and checked by
+        the core's one parser; errors name the fields (``encoder_groups``, ...)."""
+        names = {name: f"{side}_{name}" for name in ("recursions", "groups", "partition")}
+        return RecursionSchedule.parse(
+            getattr(self, f"{side}_recursions"), groups=getattr(self, f"{side}_groups"),
+            partition=getattr(self, f"{side}_partition"), causal=side == "decoder", names=names,
+        )

@@ -1,0 +1,40 @@
+"""``pipeline("sret-translation", model=DIR)``: raw source text in, translations out.
+
+transformers 5 removed its ``translation`` pipeline task (and refuses the name), so
+``import fairseq_sret.hf`` registers this small pipeline under its own task name: the
+tokenizer of the model folder encodes each text, ``generate()`` translates with the folder's
+generation settings (fairseq-generate's beam search) and the target pieces are joined back
+into text.
+"""
+
+from typing import Any, Dict, List
+
+from transformers import Pipeline
+
+TASK = "sret-translation"
+
+
+class SReTTranslationPipeline(Pipeline):
+    """``translate("Ein Hund läuft.")`` -> ``[{"translation_text": "A dog runs."}]``; a list of
+    texts gives one such list per text. Keyword arguments are ``generate()``'s (``num_beams=1``,
+    ``decoder_depth=1``, ...)."""
+
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _pipeline_calls_generate = True
+
+    def _sanitize_parameters(self, **generate_kwargs):
+        return {}, generate_kwargs, {}
+
+    def preprocess(self, text: str) -> Dict[str, Any]:
+        if not isinstance(text, str):
+            raise TypeError(f"{TASK} translates text (str), got {type(text).__name__}")
+        return self.tokenizer(text, return_tensors="pt")
+
+    def _forward(self, inputs: Dict[str, Any], **generate_kwargs) -> Dict[str, Any]:
+        return {"output_ids": self.model.generate(**inputs, **self._prepare_generate_kwargs(generate_kwargs))}
+
+    def postprocess(self, outputs: Dict[str, Any]) -> List[Dict[str, str]]:
+        return [{"translation_text": self.tokenizer.decode(ids, skip_special_tokens=True)} for ids in outputs["output_ids"]]

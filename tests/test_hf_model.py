@@ -1,0 +1,505 @@
+"""The transformers export of sret_transformer models (fairseq_sret.hf) against fairseq itself.
+
+- Teacher-forced logits of the exported model equal fairseq's (1e-5, fp32) on the sentences of
+  a toy data-bin made by sret-prepare's Multi30k recipe: pre-LN, post-LN, groups 2,1, without
+  NLL/LRC, separate embeddings, learned positions, mixed-depth and uptrained checkpoints, at
+  full depth and at depth 1 (fairseq: a depth override; transformers: from_pretrained(...,
+  encoder_depth=1)).
+- Greedy and beam generate() give fairseq's SequenceGenerator hypotheses and scores.
+- The cache: one self-attention cache per recursion, the encoder's keys/values projected once
+  per shared decoder layer, beam reordering that leaves them alone; decoding without a cache
+  and with a cache that reorders everything gives the same beams.
+- Depth on demand: the core's check and fairseq's warning; tokenizer ids equal fairseq's
+  binarised data; tied weights and the shared layers survive save -> load, stored once.
+"""
+
+import argparse
+import copy
+import itertools
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("fairseq")
+
+import fairseq_sret.hf  # noqa: E402,F401  (registers the Auto classes)
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models import ARCH_MODEL_REGISTRY  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+from fairseq_sret.core import SlicedGroupAttention  # noqa: E402
+from fairseq_sret_cli.data import multi30k  # noqa: E402
+from fairseq_sret.hf import SReTCache  # noqa: E402
+from fairseq_sret.hf.convert import MARKER, export_checkpoint  # noqa: E402
+from fairseq_sret_cli.toy import architecture_args  # noqa: E402
+from fairseq_sret.conversion.uptrain import uptrain_checkpoint  # noqa: E402
+from fairseq_sret_cli.toy import reversal_pairs  # noqa: E402
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+GERMAN = "Hund Katze Mann Frau Kind läuft schläft spielt rot groß klein über dem Ball Straße Wasser".split()
+ENGLISH = "dog cat man woman child runs sleeps plays red big small over the ball street water".split()
+SMALL = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=48, decoder_ffn_embed_dim=48,
+             encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2, decoder_layers=2,
+             dropout=0.0, share_all_embeddings=True, nll_ratio=0.5)
+MIXED_DEPTH = {"_name": "sret_mixed_depth_label_smoothed_cross_entropy", "mixed_depth": "1:0.5"}
+
+
+# ---------------------------------------------------------------- toy data and checkpoints
+def write_toy_multi30k(folder: Path, sizes=(("train", 300), ("val", 20), ("test_2016_flickr", 24))) -> Path:
+    """A Multi30k-shaped raw folder of the reversal toy task in German and English words:
+    ``Hund läuft über dem Ball.`` -> ``Ball the over runs dog.``"""
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = reversal_pairs(0, len(GERMAN), (2, 7))
+    for name, size in sizes:
+        chosen = list(itertools.islice(pairs, size))
+        (folder / f"{name}.de").write_text(
+            "".join(" ".join(GERMAN[i] for i in s) + ".\n" for s, _ in chosen), encoding="utf-8")
+        (folder / f"{name}.en").write_text(
+            "".join(" ".join(ENGLISH[i] for i in t).capitalize() + ".\n" for _, t in chosen), encoding="utf-8")
+    return folder
+
+
+def make_data_bin(root: Path) -> Path:
+    """sret-prepare's Multi30k recipe on the toy corpus: spm.model, joint fairseq dictionaries,
+    binarised splits, text/."""
+    return multi30k.prepare(root / "bin", src=write_toy_multi30k(root / "raw"), vocab_size=80)
+
+
+class BinTask:
+    """What fairseq's build_model reads of a translation task: the data-bin's dictionaries."""
+
+    def __init__(self, data_bin: Path):
+        self.source_dictionary = Dictionary.load(str(data_bin / "dict.de.txt"))
+        self.target_dictionary = Dictionary.load(str(data_bin / "dict.en.txt"))
+
+
+def perturb(model, seed: int) -> None:
+    """Weights unlike the initialisation (LayerNorms, LRC coefficients, NLLs), as training leaves them."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * (0.3 if p.numel() == 1 else 0.05))
+
+
+def checkpoint_state(args, model, criterion) -> dict:
+    """A checkpoint as fairseq-train saves it (the parts the export reads)."""
+    return {"args": None, "model": model.state_dict(),
+            "cfg": {"model": args, "criterion": criterion,
+                    "task": {"_name": "translation", "source_lang": "de", "target_lang": "en"}}}
+
+
+def sret_checkpoint(data_bin: Path, path: Path, criterion=None, seed=0, **overrides) -> dict:
+    """An sret_transformer of the toy data-bin, built by fairseq, with trained-like weights."""
+    criterion = criterion or {"_name": "label_smoothed_cross_entropy"}
+    args = architecture_args("sret_transformer", **dict(SMALL, **overrides))
+    args.arch = args._name = "sret_transformer"
+    args.criterion = criterion["_name"]
+    if "mixed_depth" in criterion:
+        args.mixed_depth = criterion["mixed_depth"]
+    torch.manual_seed(seed)
+    model = ARCH_MODEL_REGISTRY["sret_transformer"].build_model(args, BinTask(data_bin))
+    perturb(model, seed)
+    state = checkpoint_state(args, model, criterion)
+    torch.save(state, path)
+    return state
+
+
+def uptrained_checkpoint(data_bin: Path, path: Path) -> dict:
+    """sret-uptrain of a 4+4-layer fairseq transformer into 2 x 2 recursions, then 'fine-tuned'."""
+    kw = dict(SMALL, encoder_layers=4, decoder_layers=4)
+    del kw["nll_ratio"]
+    args = architecture_args("transformer", **kw)
+    args.arch = args._name = "transformer"
+    torch.manual_seed(0)
+    transformer = ARCH_MODEL_REGISTRY["transformer"].build_model(args, BinTask(data_bin))
+    perturb(transformer, 1)
+    converted, _ = uptrain_checkpoint(checkpoint_state(args, transformer, {"_name": "cross_entropy"}),
+                                      encoder_recursions=2, decoder_recursions=2, nll_ratio=0.5)
+    model = fairseq_model(converted, BinTask(data_bin))
+    perturb(model, 2)
+    converted["model"] = model.state_dict()
+    torch.save(converted, path)
+    return converted
+
+
+def hydra_style(state: dict, path: Path) -> dict:
+    """The checkpoint as fairseq-hydra-train saves it: the model options a plain dict, without
+    what sret_transformer records on its build namespace (trained recursions, fingerprints)."""
+    options = {k: v for k, v in vars(state["cfg"]["model"]).items()
+               if not k.endswith(("_trained_recursions", "_dictionary_fingerprint"))}
+    hydra = dict(state, cfg=dict(state["cfg"], model=options))
+    torch.save(hydra, path)
+    return dict(state, cfg=dict(state["cfg"], model=argparse.Namespace(**options)))
+
+
+def fairseq_model(state: dict, task, depth=None):
+    """The checkpoint's model as fairseq builds it, at ``depth`` (fairseq's depth override:
+    ``--model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}"``)."""
+    args = copy.deepcopy(state["cfg"]["model"])
+    if depth is not None:
+        for side in ("encoder", "decoder"):  # an uptrained checkpoint does not record the trained count
+            setattr(args, f"{side}_trained_recursions", getattr(args, f"{side}_trained_recursions", None)
+                    or getattr(args, f"{side}_recursions"))
+            setattr(args, f"{side}_recursions", depth)
+    model = ARCH_MODEL_REGISTRY[args.arch].build_model(args, task)
+    model.load_state_dict(state["model"], strict=True)
+    return model.eval()
+
+
+def toy_batch(data_bin: Path, task, count=None, with_targets=False):
+    """The toy test set as fairseq batches it: left-padded sources, prev_output_tokens
+    (eos + target) right-padded (and the right-padded targets), built with fairseq's Dictionary
+    from the SentencePiece pieces."""
+    d = task.source_dictionary
+    pieces = {lang: (data_bin / "text" / f"test.sp.{lang}").read_text(encoding="utf-8").splitlines()
+              for lang in ("de", "en")}
+    sources = [d.encode_line(line, add_if_not_exist=False).long() for line in pieces["de"][:count]]
+    targets = [d.encode_line(line, add_if_not_exist=False).long() for line in pieces["en"][:count]]
+    width = max(len(s) for s in sources)
+    src = torch.full((len(sources), width), d.pad())
+    for i, s in enumerate(sources):
+        src[i, width - len(s):] = s
+    prev = torch.full((len(targets), max(len(t) for t in targets)), d.pad())
+    target = prev.clone()
+    for i, t in enumerate(targets):
+        prev[i, : len(t)] = torch.cat([torch.tensor([d.eos()]), t[:-1]])
+        target[i, : len(t)] = t
+    return (src, src.ne(d.pad()).sum(1), prev) + ((target,) if with_targets else ())
+
+
+# ---------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    return make_data_bin(tmp_path_factory.mktemp("hf_toy"))
+
+
+@pytest.fixture(scope="module")
+def task(data_bin):
+    return BinTask(data_bin)
+
+
+VARIANTS = {
+    "pre-LN groups 2,1": dict(encoder_groups="2,1", decoder_groups="2,1"),
+    "post-LN": dict(post_ln=True),
+    "post-LN groups 2,1 strided": dict(post_ln=True, encoder_groups="2,1", decoder_groups="2,1",
+                                       encoder_partition="strided", decoder_partition="strided"),
+    "no NLL, no LRC": dict(nll_ratio=0.0, no_lrc=True),
+    "separate embeddings, learned positions, embedding LayerNorm, unscaled": dict(
+        share_all_embeddings=False, encoder_learned_pos=True, decoder_learned_pos=True, layernorm_embedding=True,
+        no_scale_embedding=True),
+    "3 recursions, 1 unique layer": dict(encoder_layers=1, decoder_layers=1, encoder_recursions=3,
+                                         decoder_recursions=3, encoder_groups="2,1,1"),
+    "mixed depth": dict(criterion=MIXED_DEPTH),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(data_bin, tmp_path_factory):
+    """name -> (fairseq checkpoint state, exported folder), made once per variant."""
+    root = tmp_path_factory.mktemp("hf_exports")
+    made = {}
+
+    def get(name):
+        if name not in made:
+            path = root / f"{len(made)}.pt"
+            if name == "uptrained":
+                state = uptrained_checkpoint(data_bin, path)
+            elif name == "hydra-style":
+                state = hydra_style(sret_checkpoint(data_bin, path, seed=len(made), encoder_groups="2,1"), path)
+            else:
+                state = sret_checkpoint(data_bin, path, seed=len(made), **VARIANTS[name])
+            out = root / f"{len(made)}-hf"
+            export_checkpoint(path, data_bin, out)
+            made[name] = (state, out)
+        return made[name]
+
+    return get
+
+
+def hf_logits(model, src, prev, pad=1):
+    with torch.no_grad():
+        return model(input_ids=src, attention_mask=src.ne(pad).long(), decoder_input_ids=prev).logits
+
+
+# ---------------------------------------------------------------- logits
+@pytest.mark.parametrize("name", [*VARIANTS, "uptrained", "hydra-style"])
+@pytest.mark.parametrize("depth", [None, 1])
+def test_teacher_forced_logits_equal_fairseq(exported, task, data_bin, name, depth):
+    state, out = exported(name)
+    ref = fairseq_model(state, task, depth)
+    ours = AutoModelForSeq2SeqLM.from_pretrained(out, encoder_depth=depth, decoder_depth=depth).eval()
+    assert ours.depth == ref.depth
+    src, lengths, prev = toy_batch(data_bin, task)
+    with torch.no_grad():
+        expected, _ = ref(src, lengths, prev)
+    assert (hf_logits(ours, src, prev) - expected).abs().max() <= 1e-5
+
+
+def test_labels_give_fairseqs_inputs_and_loss(exported, task, data_bin):
+    state, out = exported("post-LN")
+    src, lengths, prev, target = toy_batch(data_bin, task, with_targets=True)
+    with torch.no_grad():
+        expected, _ = fairseq_model(state, task)(src, lengths, prev)
+        output = AutoModelForSeq2SeqLM.from_pretrained(out).eval()(
+            input_ids=src, attention_mask=src.ne(1).long(), labels=target)
+    real = target.ne(task.target_dictionary.pad())  # past the end, HF feeds </s> where fairseq feeds padding
+    assert (output.logits[real] - expected[real]).abs().max() <= 1e-5
+    loss = torch.nn.functional.cross_entropy(expected.transpose(1, 2), target, ignore_index=task.target_dictionary.pad())
+    assert abs(output.loss.item() - loss.item()) <= 1e-5
+
+
+def test_padding_side_does_not_matter(exported, task, data_bin):
+    state, out = exported("pre-LN groups 2,1")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    src, _, prev = toy_batch(data_bin, task)
+    right = torch.full_like(src, 1)
+    for i, row in enumerate(src):
+        tokens = row[row.ne(1)]
+        right[i, : len(tokens)] = tokens
+    assert (hf_logits(model, right, prev) - hf_logits(model, src, prev)).abs().max() <= 1e-5
+
+
+# ---------------------------------------------------------------- generation
+def fairseq_hypotheses(model, task, src, lengths, beam, max_len_b):
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+    hypos = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_b=max_len_b).forward(sample)
+    return [h[0]["tokens"].tolist() for h in hypos], [h[0]["score"].item() for h in hypos]
+
+
+def hf_hypotheses(model, src, beam, max_len_b, **kwargs):
+    out = model.generate(input_ids=src, attention_mask=src.ne(1).long(), num_beams=beam,
+                         max_new_tokens=max_len_b + 1, return_dict_in_generate=True, output_scores=True, **kwargs)
+    hyps = []
+    for row in out.sequences[:, 1:].tolist():  # without the start token; up to the first eos
+        hyps.append(row[: row.index(2) + 1] if 2 in row else row)
+    return hyps, out
+
+
+@pytest.mark.parametrize("name", ["pre-LN groups 2,1", "post-LN groups 2,1 strided", "uptrained"])
+@pytest.mark.parametrize("beam", [1, 5])
+@pytest.mark.parametrize("depth", [None, 1])
+def test_generate_equals_fairseq_sequence_generator(exported, task, data_bin, name, beam, depth):
+    state, out = exported(name)
+    ref = fairseq_model(state, task, depth)
+    ours = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    src, lengths, _ = toy_batch(data_bin, task, count=8)
+    expected, scores = fairseq_hypotheses(ref, task, src, lengths, beam, max_len_b=12)
+    got, output = hf_hypotheses(ours, src, beam, 12, encoder_depth=depth, decoder_depth=depth)
+    assert got == expected
+    if beam > 1:
+        assert torch.allclose(output.sequences_scores, torch.tensor(scores), atol=1e-5)
+    assert ours.depth == (2, 2)  # generate()'s depth holds for that call only
+
+
+def test_generated_defaults_are_fairseq_generates(exported, task, data_bin):
+    """The exported generation settings alone (beam 5, max length 200 + eos) give fairseq-generate's output."""
+    state, out = exported("pre-LN groups 2,1")
+    src, lengths, _ = toy_batch(data_bin, task, count=6)
+    expected, _ = fairseq_hypotheses(fairseq_model(state, task), task, src, lengths, beam=5, max_len_b=200)
+    ours = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    got = [row[1: row.index(2, 1) + 1] for row in ours.generate(input_ids=src, attention_mask=src.ne(1).long()).tolist()]
+    assert got == expected
+
+
+# ---------------------------------------------------------------- the cache
+def test_one_self_attention_cache_per_recursion_and_encoder_keys_once(exported, task, data_bin, monkeypatch):
+    _, out = exported("pre-LN groups 2,1")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    projections = []
+    original = SlicedGroupAttention._project_kv
+
+    def counting(self, memory):
+        projections.append(memory.shape)
+        return original(self, memory)
+
+    monkeypatch.setattr(SlicedGroupAttention, "_project_kv", counting)
+    src, _, _ = toy_batch(data_bin, task, count=3)
+    cache = SReTCache()
+    fed = model.generate(input_ids=src, attention_mask=src.ne(1).long(), num_beams=2, max_new_tokens=6,
+                         min_new_tokens=3, cache=cache).shape[1] - 1  # the last token is not fed back
+    layers, recursions = model.config.decoder_layers, model.config.decoder_recursions
+    assert fed >= 3
+    assert len(projections) == layers  # once per shared layer, not per recursion or step
+    assert len(cache.cross_attention_cache.layers) == layers
+    self_layers = cache.self_attention_cache.layers
+    assert len(self_layers) == layers * recursions
+    assert all(layer.keys.shape[-2] == fed for layer in self_layers)
+    for i in range(layers):  # the applications of one shared layer keep their own keys
+        assert not torch.equal(self_layers[i * recursions].keys, self_layers[i * recursions + 1].keys)
+
+
+def test_beam_reordering_leaves_the_encoder_cache_alone():
+    cache = SReTCache()
+    keys = torch.randn(4, 2, 3, 8)
+    cache.self_attention_cache.update(keys, keys + 1, 0)
+    cache.cross_attention_cache.update(keys * 2, keys * 3, 0)
+    cross = cache.cross_attention_cache.layers[0].keys
+    cache.reorder_cache(torch.tensor([1, 0, 3, 2]))
+    assert cache.cross_attention_cache.layers[0].keys is cross
+    assert torch.equal(cache.self_attention_cache.layers[0].keys, keys[[1, 0, 3, 2]])
+    cache.reorder_cache(torch.tensor([2, 3]))  # the batch shrinks: rows are selected
+    assert torch.equal(cache.cross_attention_cache.layers[0].keys, cross[[2, 3]])
+
+
+def test_beams_equal_without_cache_and_with_a_cache_that_reorders_everything(exported, task, data_bin):
+    _, out = exported("post-LN groups 2,1 strided")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    src, _, _ = toy_batch(data_bin, task, count=6)
+    ours, output = hf_hypotheses(model, src, 4, 10)
+    full, full_output = hf_hypotheses(model, src, 4, 10, cache=EncoderDecoderCache(DynamicCache(), DynamicCache()))
+    uncached, uncached_output = hf_hypotheses(model, src, 4, 10, use_cache=False)
+    assert ours == full == uncached
+    assert torch.equal(output.sequences_scores, full_output.sequences_scores)
+    assert torch.allclose(output.sequences_scores, uncached_output.sequences_scores, atol=1e-5)
+
+
+# ---------------------------------------------------------------- depth on demand
+def test_depth_is_checked_like_fairseqs(exported):
+    _, out = exported("pre-LN groups 2,1")
+    with pytest.raises(ValueError, match=r"encoder_depth=3 is larger than the 2 recursions"):
+        AutoModelForSeq2SeqLM.from_pretrained(out, encoder_depth=3)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    for bad in (0, "1"):
+        with pytest.raises(ValueError, match="decoder depth must be an integer >= 1"):
+            model.generate(input_ids=torch.tensor([[5, 2]]), decoder_depth=bad)
+    assert model.depth == (2, 2)
+
+
+@pytest.mark.parametrize("name,warns", [("pre-LN groups 2,1", True), ("mixed depth", False)])
+def test_untrained_depth_warns_as_fairseq_does(exported, name, warns, caplog):
+    _, out = exported(name)
+    with caplog.at_level(logging.WARNING):
+        model = AutoModelForSeq2SeqLM.from_pretrained(out, encoder_depth=1, decoder_depth=1)
+    warned = [r.getMessage() for r in caplog.records if "trained only at its full depth" in r.getMessage()]
+    assert bool(warned) == warns
+    if warns:
+        assert "--mixed-depth 1:0.5" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        model.set_depth(None, None)
+    assert not [r for r in caplog.records if "trained only at its full depth" in r.getMessage()]
+
+
+def test_depth_set_on_the_model_is_saved(exported, tmp_path):
+    _, out = exported("pre-LN groups 2,1")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    model.set_depth(1, 2)
+    model.save_pretrained(tmp_path / "shallow")
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "shallow").depth == (1, 2)
+
+
+# ---------------------------------------------------------------- weights on disk
+def applied_parameters(model) -> int:
+    """Parameters counted once per application (a plain transformer of the same depth)."""
+    total = sum(p.numel() for p in model.parameters())
+    for side in (model.model.encoder, model.model.decoder):
+        for recursive in side.layers:
+            total += (recursive.depth - 1) * sum(p.numel() for p in recursive.layer.parameters())
+    return total
+
+
+def test_weights_are_stored_once_and_retied_on_load(exported, tmp_path):
+    from safetensors import safe_open
+
+    _, out = exported("pre-LN groups 2,1")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    embed = model.model.encoder.embed_tokens.weight
+    assert embed is model.model.decoder.embed_tokens.weight is model.lm_head.weight
+    unique = sum(p.numel() for p in model.parameters())
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        stored = {name: f.get_slice(name).get_shape() for name in f.keys()}
+    assert sum(torch.Size(shape).numel() for shape in stored.values()) == unique
+    size = (out / "model.safetensors").stat().st_size
+    assert 4 * unique < size < 4 * unique + 65536 < 4 * applied_parameters(model)
+    # save -> load keeps every tie and every value
+    model.save_pretrained(tmp_path / "again")
+    again = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "again")
+    assert again.model.encoder.embed_tokens.weight is again.model.decoder.embed_tokens.weight is again.lm_head.weight
+    before, after = dict(model.named_parameters()), dict(again.named_parameters())
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_separate_embeddings_stay_separate(exported):
+    _, out = exported("separate embeddings, learned positions, embedding LayerNorm, unscaled")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    assert model.model.encoder.embed_tokens.weight is not model.model.decoder.embed_tokens.weight
+    assert model.lm_head.weight is not model.model.decoder.embed_tokens.weight
+
+
+# ---------------------------------------------------------------- tokenizer and pipeline
+def test_tokenizer_gives_fairseqs_ids_and_text(exported, task, data_bin):
+    from fairseq_sret_cli.data.subword import SentencePieceCodec
+
+    _, out = exported("pre-LN groups 2,1")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    raw = (data_bin / "text/test.raw.de").read_text(encoding="utf-8").splitlines()
+    pieces = (data_bin / "text/test.sp.en").read_text(encoding="utf-8").splitlines()
+    d = task.source_dictionary
+    assert tokenizer(raw).input_ids == [d.encode_line(p, add_if_not_exist=False).tolist() for p in
+                                        (data_bin / "text/test.sp.de").read_text(encoding="utf-8").splitlines()]
+    targets = [task.target_dictionary.encode_line(p, add_if_not_exist=False).tolist() for p in pieces]
+    assert tokenizer.batch_decode(targets, skip_special_tokens=True) == [SentencePieceCodec.decode(p) for p in pieces]
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (d.pad(), d.eos(), d.unk())
+
+
+def test_pipeline_translates_raw_text_as_fairseq(exported, task, data_bin):
+    from transformers import pipeline
+
+    from fairseq_sret_cli.data.subword import SentencePieceCodec
+
+    state, out = exported("pre-LN groups 2,1")
+    raw = (data_bin / "text/test.raw.de").read_text(encoding="utf-8").splitlines()[:3]
+    translate = pipeline("sret-translation", model=str(out))
+    got = [result[0]["translation_text"] for result in translate(raw, max_new_tokens=11)]
+    src, lengths, _ = toy_batch(data_bin, task, count=3)
+    hyps, _ = fairseq_hypotheses(fairseq_model(state, task), task, src, lengths, beam=5, max_len_b=10)
+    expected = [SentencePieceCodec.decode(task.target_dictionary.string(torch.tensor(h))) for h in hyps]
+    assert got == expected
+
+
+def test_export_records_what_it_was_made_from(exported, data_bin):
+    _, out = exported("pre-LN groups 2,1")
+    record = json.loads((out / MARKER).read_text())
+    assert record["made_by"] == "sret-export-hf" and Path(record["data_bin"]) == data_bin.resolve()
+    assert (record["source_lang"], record["target_lang"]) == ("de", "en")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    assert record["unique_parameters"] == sum(p.numel() for p in model.parameters())
+    assert record["depth"] == record["recursions"] == [2, 2]
+
+
+# ---------------------------------------------------------------- configuration
+@pytest.mark.parametrize("fields,message", [
+    (dict(encoder_groups="2,1,1"), "encoder_groups has 3 values but there are 2 recursions"),
+    (dict(decoder_groups="2", decoder_partition="contiguous"), "decoder_partition: 'contiguous' cannot be used"),
+    (dict(encoder_recursions=0), "encoder_recursions must be an integer >= 1"),
+    (dict(decoder_attention_heads=5), "decoder_attention_heads=5 must be >= 1 and divide decoder_embed_dim=512"),
+    (dict(encoder_embed_dim=256, encoder_attention_heads=4), "encoder_embed_dim (256) must equal decoder_embed_dim"),
+    (dict(activation_fn="swish"), "unknown activation 'swish'"),
+    (dict(share_all_embeddings=True, vocab_size=10, decoder_vocab_size=12), "share_all_embeddings needs one dictionary"),
+])
+def test_configuration_errors_name_the_field(fields, message):
+    from fairseq_sret.hf import SReTConfig
+
+    with pytest.raises(ValueError, match=__import__("re").escape(message)):
+        SReTConfig(**fields)
+
+
+def test_base_model_loads_from_an_export(exported, task, data_bin):
+    from transformers import AutoModel
+
+    from fairseq_sret.hf import SReTModel
+
+    _, out = exported("pre-LN groups 2,1")
+    base = AutoModel.from_pretrained(out).eval()
+    full = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    assert isinstance(base, SReTModel)
+    src, _, prev = toy_batch(data_bin, task, count=4)
+    with torch.no_grad():
+        features = base(input_ids=src, decoder_input_ids=prev).last_hidden_state
+    assert (full.lm_head(features) - hf_logits(full, src, prev)).abs().max() <= 1e-6
