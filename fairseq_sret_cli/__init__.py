@@ -19,6 +19,14 @@ command                                 module
 import argparse
 
 
+def log(message: str, stage: str) -> None:
+    """A progress line on stderr, ``[stage] message``, flushed so that piped logs show it at once.
+    Each part of the lab binds its stage once (``log = functools.partial(log, stage="prepare")``)."""
+    import sys
+
+    print(f"[{stage}] {message}", file=sys.stderr, flush=True)
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's line breaks (its examples)."""
 

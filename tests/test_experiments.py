@@ -313,11 +313,11 @@ def test_unknown_row_is_an_error(toy_bin, tmp_path):
 def test_progress_prints_updates_done_of_total_and_the_expected_time():
     import io
 
-    from fairseq_sret_cli.experiment_runner.progress import Progress
+    from fairseq_sret_cli.experiment_runner.progress import TrainingProgress
 
     now = [0.0]
     out = io.StringIO()
-    progress = Progress(total=100, every=30, prefix="[quickstart]", out=out, clock=lambda: now[0])
+    progress = TrainingProgress(total=100, every=30, prefix="[quickstart]", out=out, clock=lambda: now[0])
 
     def inner(update, loss):
         return f'2026 | INFO | train_inner | {{"epoch": 1, "loss": "{loss}", "num_updates": "{update}"}}\n'
@@ -340,11 +340,11 @@ def test_progress_prints_updates_done_of_total_and_the_expected_time():
 def test_progress_counts_down_to_a_time_limit_that_comes_before_the_last_update():
     import io
 
-    from fairseq_sret_cli.experiment_runner.progress import Progress
+    from fairseq_sret_cli.experiment_runner.progress import TrainingProgress
 
     now = [0.0]
     out = io.StringIO()
-    progress = Progress(total=100000, every=30, prefix="[quickstart]", out=out, clock=lambda: now[0], minutes=10)
+    progress = TrainingProgress(total=100000, every=30, prefix="[quickstart]", out=out, clock=lambda: now[0], minutes=10)
     for t, update in ((5, 10), (65, 70), (125, 130)):
         now[0] = t
         progress.feed(f'2026 | INFO | train_inner | {{"loss": "5.0", "num_updates": "{update}", "wall": "{t}"}}\n')

@@ -1,17 +1,18 @@
 """Small file helpers shared by the recipes: line I/O, progress messages, file lookup."""
 
+import functools
 import gzip
 import os
 import zlib
-import sys
 import time
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
+from .. import log as lab_log
 
-def log(msg: str, prefix: str = "prepare") -> None:
-    """Progress message on stderr (unbuffered, so it shows up in piped logs)."""
-    print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
+
+#: data preparation's progress lines: ``[prepare] ...``
+log = functools.partial(lab_log, stage="prepare")
 
 
 def open_text(path, mode: str = "r"):
@@ -85,7 +86,7 @@ def find_file(root, names: Sequence[str], required: bool = True) -> Optional[Pat
     return None
 
 
-class Progress:
+class LineProgress:
     """Counts processed items and logs every ``every`` of them."""
 
     def __init__(self, what: str, every: int = 100_000, total: Optional[int] = None):

@@ -20,7 +20,7 @@ import unicodedata
 from multiprocessing import Pool
 from typing import Callable, Iterable, List, Sequence, Tuple
 
-from .io import Progress, log, read_lines
+from .io import LineProgress, log, read_lines
 
 
 # ------------------------------------------------------------------ Moses tokenization
@@ -108,7 +108,7 @@ def map_lines(fn: Callable, lines: Sequence[str], workers: int = 1, what: str = 
     """``[fn(line, **kwargs) for line in lines]``, optionally in ``workers`` processes,
     logging progress for big inputs. ``fn`` must be a module-level function."""
     chunks = [lines[i : i + chunk] for i in range(0, len(lines), chunk)]
-    progress = Progress(what or getattr(fn, "__name__", "processing"), every=max(chunk, 100_000), total=len(lines))
+    progress = LineProgress(what or getattr(fn, "__name__", "processing"), every=max(chunk, 100_000), total=len(lines))
     out: List[str] = []
     if workers > 1 and len(chunks) > 1:
         with Pool(workers, initializer=_leave_interrupts_to_the_parent) as pool:

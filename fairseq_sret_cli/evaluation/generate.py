@@ -1,5 +1,6 @@
 """Translate a binarised subset with ``fairseq-generate`` and read its hypotheses back."""
 
+import functools
 import logging
 import os
 import re
@@ -13,7 +14,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_sret import USER_DIR
 
-from ..data.io import log
+from .. import log as lab_log
+
+log = functools.partial(lab_log, stage="evaluate")
 
 
 def run_generate(

@@ -26,7 +26,7 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-class Progress:
+class TrainingProgress:
     """Turns fairseq's log lines into progress lines for a run of ``total`` updates."""
 
     def __init__(self, total: int, every: float = 30.0, prefix: str = "[train]", out: TextIO = sys.stdout,
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.minutes is not None and args.minutes < 0:
         p.error(f"--minutes must be >= 0, got {args.minutes}")
-    progress = Progress(args.total, args.every, args.prefix, minutes=args.minutes)
+    progress = TrainingProgress(args.total, args.every, args.prefix, minutes=args.minutes)
     for line in sys.stdin:
         progress.feed(line)
     return 0

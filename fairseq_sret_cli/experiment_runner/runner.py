@@ -11,6 +11,7 @@ ends: beam search on every subset with every checkpoint kind of the file (``best
 """
 
 import hashlib
+import functools
 import json
 import os
 import re
@@ -27,6 +28,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from fairseq_sret import USER_DIR
 from fairseq_sret.atomic_files import replacing
+
+from .. import log as lab_log
 
 from .experiment_file import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
 
@@ -125,8 +128,8 @@ def cpu_seconds_at(samples: Sequence[dict], update: int) -> Optional[float]:
     return min(reached) if reached else None
 
 
-def log(message: str) -> None:
-    print(f"[experiments] {message}", file=sys.stderr, flush=True)
+#: the runner's progress lines: ``[experiments] ...``
+log = functools.partial(lab_log, stage="experiments")
 
 
 @dataclass(frozen=True)
