@@ -9,14 +9,22 @@ dictionaries become the folder's tokenizer. The folder loads without fairseq:
   from transformers import pipeline
   pipeline("sret-translation", model="exported/")("Ein Hund rennt über die Wiese.")
 
-An existing --out is replaced only if this command made it, or with --force. The logic lives in
-fairseq_sret.hf.convert (needs: pip install 'fairseq-sret[hf]').
+The files of --out follow the commands' output rule (fairseq_sret_cli.outputs): one this
+command did not make (or made from another checkpoint or data-bin) is replaced only with
+--force, the inputs never; files beside them stay. The conversion is fairseq_sret.hf.convert
+(needs: pip install 'fairseq-sret[hf]').
 """
 
 import argparse
+import os
+import shutil
 import sys
+from pathlib import Path
 
 from . import HelpFormatter, UserError, user_errors
+from .outputs import Outputs, read_manifest
+
+COMMAND = "sret-export-hf"
 
 
 @user_errors("sret-export-hf")
@@ -28,10 +36,31 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="replace --out even if this command did not make it")
     args = p.parse_args(argv)
     try:
-        from fairseq_sret.hf.convert import export_checkpoint
+        from fairseq_sret.hf.convert import EXPORT_FILES, export_checkpoint
     except ImportError as exc:
         raise UserError(f"{exc}") from None
-    summary = export_checkpoint(args.checkpoint, args.data_bin, args.out, force=args.force)
+    out = Path(args.out)
+    outputs = Outputs(COMMAND, force=args.force, inputs=[args.checkpoint, args.data_bin],
+                      settings={"checkpoint": str(Path(args.checkpoint).resolve()),
+                                "data_bin": str(Path(args.data_bin).resolve())})
+    outputs.check([out / name for name in EXPORT_FILES], folders=[out])  # before the work
+    made_out = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    # written into a hidden folder inside OUT, then moved in file by file: a failure leaves OUT as it was
+    staging = out / f".{COMMAND}.{os.getpid()}"
+    try:
+        summary = export_checkpoint(args.checkpoint, args.data_bin, staging)
+        outputs.check([out / name for name in summary["files"]])
+        for name in summary["files"]:
+            outputs.move_in(staging / name, out / name)
+        for name, entry in read_manifest(out).items():  # what an earlier export wrote and this one did not
+            if entry.get("command") == COMMAND and name not in summary["files"]:
+                outputs.remove(out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if made_out and not any(out.iterdir()):
+            out.rmdir()
+    summary["out"] = str(out)
     print(f"wrote {summary['out']}: {summary['source_lang']}->{summary['target_lang']},"
           f" {summary['unique_parameters']:,} parameters, depth {summary['depth'][0]}/{summary['depth'][1]}"
           f" of {summary['recursions'][0]}/{summary['recursions'][1]} recursions", file=sys.stderr)

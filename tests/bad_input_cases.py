@@ -574,6 +574,7 @@ MAINS = {
     "sret-average-checkpoints": "fairseq_sret_cli.average_checkpoints",
     "sret-train-vision": "fairseq_sret_cli.train_vision", "sret-toy-data": "fairseq_sret_cli.toy",
     "sret-count": "fairseq_sret_cli.count", "sret-plot-lrc": "fairseq_sret_cli.plot_lrc",
+    "sret-export-hf": "fairseq_sret_cli.export_hf",
 }
 
 

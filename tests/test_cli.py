@@ -21,6 +21,7 @@ COMMANDS = {
     "sret-toy-data": "fairseq_sret_cli.toy",
     "sret-uptrain": "fairseq_sret_cli.uptrain",
     "sret-experiments": "fairseq_sret_cli.experiments",
+    "sret-export-hf": "fairseq_sret_cli.export_hf",
 }
 REPO = Path(__file__).resolve().parents[1]
 

@@ -53,17 +53,21 @@ def test_refuses_what_it_did_not_make_unless_forced(checkpoint, data_bin, tmp_pa
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
+    (out / "config.json").write_text("{}")
     code, line = export(capsys, checkpoint, "--data-bin", data_bin, "--out", out)
-    assert code == 1 and "was not made by sret-export-hf; pass --force" in line
-    assert (out / "notes.txt").read_text() == "keep me"
+    assert code == 2 and "config.json" in line and "--force" in line
+    assert (out / "config.json").read_text() == "{}" and sorted(p.name for p in out.iterdir()) == [
+        "config.json", "notes.txt"]
     assert export(capsys, checkpoint, "--data-bin", data_bin, "--out", out, "--force")[0] == 0
-    assert not (out / "notes.txt").exists() and (out / MARKER).is_file()
+    assert (out / "notes.txt").read_text() == "keep me" and (out / MARKER).is_file()  # files beside stay
+    assert json.loads((out / "config.json").read_text())["model_type"] == "sret_transformer"
 
 
 def test_refuses_to_write_over_its_inputs(checkpoint, data_bin, capsys):
+    spm = (data_bin / "spm.model").read_bytes()
     code, line = export(capsys, checkpoint, "--data-bin", data_bin, "--out", data_bin, "--force")
-    assert code == 1 and "holds the input" in line
-    assert (data_bin / "spm.model").is_file()
+    assert code == 2 and "an input of this command" in line
+    assert (data_bin / "spm.model").read_bytes() == spm and not (data_bin / "config.json").exists()
 
 
 def test_usage_errors_exit_2(checkpoint, capsys):

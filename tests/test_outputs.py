@@ -159,6 +159,14 @@ def experiment_file(folder: Path) -> None:
                               "  - {id: sret, arch: sret_transformer_tiny}\n")
 
 
+def checkpoint_and_data_bin(folder: Path) -> None:
+    """A data-bin made by sret-prepare's recipe (spm.model, dictionaries) and an sret_transformer
+    checkpoint of it: what sret-export-hf reads."""
+    from test_hf_model import make_data_bin, sret_checkpoint
+
+    sret_checkpoint(make_data_bin(folder), folder / "sret.pt")
+
+
 VISION = ["--data", "images", "--model", "sret_ext", "--img-size", "32", "--batch-size", "4", "--workers", "0",
           "--epochs", "1", "--max-steps-per-epoch", "1", "--log-interval", "0", "--warmup-epochs", "0"]
 
@@ -184,6 +192,9 @@ WRITERS = [
            onto_input=["sret-evaluate", "--data", "bin", "--generate-output", "gen/test.hyp", "--output-dir", "gen"]),
     Writer("sret-train-vision", images, ["sret-train-vision", *VISION, "--output", "out"],
            ["out/checkpoint_best.pt", "out/checkpoint_last.pt", "out/log.jsonl"]),
+    Writer("sret-export-hf", checkpoint_and_data_bin, ["sret-export-hf", "sret.pt", "--data-bin", "bin", "--out", "out"],
+           ["out/config.json", "out/model.safetensors", "out/spm.model"],
+           onto_input=["sret-export-hf", "sret.pt", "--data-bin", "bin", "--out", "bin"]),
     Writer("sret-experiments", experiment_file,
            ["sret-experiments", "exp.yaml", "--data", "bin", "--output", "runs", "--results", "out", "--report-only"],
            ["out/exp.json", "out/exp.md"]),

@@ -10,18 +10,17 @@ writes a folder that ``from_pretrained`` loads after ``import fairseq_sret.hf``:
 - ``model.safetensors``: each unique layer once (it is one module, applied ``recursions``
   times), the tied embeddings once;
 - the tokenizer (``spm.model``, ``dict.source.txt``, ``dict.target.txt``, its config);
-- ``sret_export.json``: what the folder was made from (a folder holding it is one this
-  command made and may replace).
+- ``sret_export.json``: what the folder was made from.
 
-The folder is written beside ``out`` and renamed into place when complete. Nothing here imports
-fairseq: a checkpoint's options are read as saved.
+:func:`export_checkpoint` writes into the folder it is given, as ``save_pretrained`` does;
+``sret-export-hf`` gives it a new folder and applies the commands' output rule (nothing it did
+not make is replaced) when it moves the files to ``--out``. Nothing here imports fairseq: a
+checkpoint's options are read as saved.
 """
 
 import hashlib
 import json
-import os
 import re
-import shutil
 from argparse import Namespace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -34,6 +33,9 @@ from .configuration import SReTConfig
 from .tokenization import read_fairseq_dictionary
 
 MARKER = "sret_export.json"
+#: the files an export always writes (transformers may add more, e.g. a sharded model's)
+EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "spm.model", "dict.source.txt",
+                "dict.target.txt", "tokenizer_config.json", MARKER)
 MADE_BY = "sret-export-hf"
 SPM_MODEL = "spm.model"
 
@@ -252,46 +254,14 @@ def generation_config(config: SReTConfig):
     )
 
 
-def check_output(out: Path, inputs: List[Path], force: bool) -> None:
-    """Refuse an ``out`` that would hold or be an input, and (without ``force``) an existing
-    ``out`` that this command did not make (an empty folder is taken)."""
-    out = out.resolve()
-    for path in inputs:
-        path = path.resolve()
-        if path == out or out in path.parents:
-            raise ExportError(f"--out {out} holds the input {path}; write the export elsewhere")
-    if not out.exists():
-        return
-    if not out.is_dir():
-        if force:
-            return
-        raise ExportError(f"--out {out} exists and is not a folder; pass --force to replace it")
-    if (out / MARKER).is_file() or not any(out.iterdir()) or force:
-        return
-    raise ExportError(f"--out {out} exists and was not made by {MADE_BY}; pass --force to replace it")
-
-
-def replace_path(new: Path, out: Path) -> None:
-    """Put the finished folder ``new`` at ``out`` (renames only; the old ``out`` goes last)."""
-    if out.exists() or out.is_symlink():
-        old = out.parent / f".{out.name}.replaced-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(new, out)
-        if old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink()
-    else:
-        os.replace(new, out)
-
-
-def export_checkpoint(checkpoint, data_bin, out, force: bool = False) -> dict:
-    """Export the fairseq checkpoint ``checkpoint`` with the tokenizer of ``data_bin`` to the folder
-    ``out`` (see the module docstring). Returns what was written (a summary for the command)."""
-    checkpoint, data_bin, out = Path(checkpoint), Path(data_bin), Path(out)
+def export_checkpoint(checkpoint, data_bin, folder) -> dict:
+    """Export the fairseq checkpoint ``checkpoint`` with the tokenizer of ``data_bin`` into
+    ``folder`` (see the module docstring; files of the same names are replaced). Returns what
+    was written: a summary, also saved as ``sret_export.json``, and ``files`` (the names that
+    were not in ``folder`` before)."""
+    checkpoint, data_bin, folder = Path(checkpoint), Path(data_bin), Path(folder)
     if not checkpoint.is_file():
         raise ExportError(f"{checkpoint}: no such checkpoint file")
-    check_output(out, [checkpoint, data_bin], force)
     state = load_checkpoint(checkpoint)
     options = model_options(state, checkpoint)
     weights = state["model"]
@@ -307,20 +277,15 @@ def export_checkpoint(checkpoint, data_bin, out, force: bool = False) -> dict:
     model.generation_config = generation_config(config)
     tokenizer = SReTTokenizer(spm, source_dict, target_dict)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        summary = {
-            "made_by": MADE_BY, "fairseq_sret": __version__, "checkpoint": str(checkpoint.resolve()),
-            "data_bin": str(data_bin.resolve()), "source_lang": langs[0], "target_lang": langs[1],
-            "unique_parameters": sum(p.numel() for p in model.parameters()),
-            "depth": list(model.depth), "recursions": list(model.recursions),
-        }
-        (staging / MARKER).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        replace_path(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return dict(summary, out=str(out))
+    before = set(folder.iterdir()) if folder.is_dir() else set()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    summary = {
+        "made_by": MADE_BY, "fairseq_sret": __version__, "checkpoint": str(checkpoint.resolve()),
+        "data_bin": str(data_bin.resolve()), "source_lang": langs[0], "target_lang": langs[1],
+        "unique_parameters": sum(p.numel() for p in model.parameters()),
+        "depth": list(model.depth), "recursions": list(model.recursions),
+    }
+    (folder / MARKER).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    written = sorted(p.name for p in set(folder.iterdir()) - before | {folder / MARKER})
+    return dict(summary, files=written)

@@ -69,7 +69,7 @@ def _run_generate(data_dir, checkpoint, results_dir: Path, subset, beam, lenpen,
     if cpu:
         argv += ["--cpu"]
     argv += list(extra_args)
-    log(f"translating '{subset}' with beam {beam} (fairseq-generate)", "evaluate")
+    log(f"translating '{subset}' with beam {beam} (fairseq-generate)")
     start = time.time()
     if in_process:
         summary = _generate_here(argv, verbose)
@@ -82,7 +82,7 @@ def _run_generate(data_dir, checkpoint, results_dir: Path, subset, beam, lenpen,
         if result.returncode != 0:
             raise RuntimeError(f"fairseq-generate failed (exit {result.returncode}):\n{output[-4000:]}")
         summary = re.findall(r"Translated .*", output)
-    log(f"done in {time.time() - start:.0f}s" + (f": {summary[-1]}" if summary else ""), "evaluate")
+    log(f"done in {time.time() - start:.0f}s" + (f": {summary[-1]}" if summary else ""))
     return summary[-1] if summary else None
 
 
@@ -162,5 +162,5 @@ def read_hypotheses(generate_output, num_sentences: Optional[int] = None) -> Lis
     missing = [i for i in range(num_sentences) if i not in hyps]
     if missing:
         log(f"warning: {len(missing)} sentences without a hypothesis (e.g. id {missing[0]}); "
-            "they are scored as empty", "evaluate")
+            "they are scored as empty")
     return [hyps.get(i, "") for i in range(num_sentences)]
