@@ -1,4 +1,4 @@
-"""Bad input to our commands, as a user gives it: each case is a test (test_bad_input_cli.py)
+"""Bad input to our commands, as a user gives it: each case is a test (test_bad_input_table.py)
 and a row of docs/reliability.md (``python tests/bad_input_cases.py > docs/reliability.md``).
 
 A case names the input in words, makes the files it needs in a fresh folder, runs one command
@@ -664,7 +664,7 @@ Every input below was given to the command as a user would, in an empty folder h
 the files the input needs; the table is the output of `python tests/bad_input_cases.py`
 ({machine}; the `sret-*` commands' `main` in that process, fairseq's commands as installed
 programs), and each row is also a test
-(`tests/test_bad_input_cli.py`). Our `sret-*` commands print one line, `PROG: error: ...`, and
+(`tests/cli/test_bad_input_table.py`). Our `sret-*` commands print one line, `PROG: error: ...`, and
 exit non-zero (2 for a command line that cannot be carried out as given: an option out of
 range, an output in the way); fairseq's commands (`fairseq-generate`, `fairseq-train`,
 `fairseq-hydra-train`) keep fairseq's traceback, whose last line is shown. "Left on disk"
@@ -677,14 +677,14 @@ and it writes each file atomically. `sret-prepare` builds the data-bin in a hidd
 `--out` and moves each file in when all are made, so a failure leaves `--out` as it was
 (downloads stay in `OUT/orig` for the next try); `sret-experiments` checks `--data` (also with
 `--dry-run`) and every run folder's settings before training anything, and locks its output
-folder. fairseq's generation and training options with our models: `tests/test_fairseq_options.py`.
+folder. fairseq's generation and training options with our models: `tests/models/test_generation_options.py`.
 `SRET_TRACEBACK=1` shows the traceback of a `sret-*` error.
 """
 
 INTERRUPTION = """
 # Reliability: interruption
 
-`tests/test_interruption.py` (e2e) kills each long-running command with SIGKILL, at random
+`tests/cli/test_interruption.py` (e2e) kills each long-running command with SIGKILL, at random
 moments and the moment a temporary checkpoint or results file appears, then resumes it:
 
 | command | kills | checked after every kill | checked at the end |

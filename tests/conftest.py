@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,13 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The tests mirror the packages in folders (tests/core, tests/models, ...) and share helpers by
+# module name (``from test_depth import sample_batch``): every folder is importable, and every
+# test module's name is unique (tests/test_layers.py checks it).
+for _folder in sorted(p for p in (REPO / "tests").rglob("*") if p.is_dir() and not p.name.startswith((".", "_"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 SHARED = Path(os.environ.get("SRET_SHARED", REPO.parent / "shared"))
 
 

@@ -133,3 +133,12 @@ def test_importing_the_pure_pytorch_parts_loads_neither_fairseq_nor_the_lab(modu
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_tests_mirror_the_packages_with_unique_module_names():
+    """tests/<area>/test_<module>.py, one name per test module: they import each other's helpers
+    by name (tests/conftest.py puts every test folder on the path)."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py") if ".timm" not in p.parts]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
+    areas = {p.relative_to(REPO / "tests").parts[0] for p in (REPO / "tests").rglob("test_*.py") if ".timm" not in p.parts}
+    assert {"core", "models", "vision", "hf", "checkpoints", "conversion", "cli"} <= areas

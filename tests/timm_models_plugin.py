@@ -1,7 +1,7 @@
 """pytest plugin: run timm's own ``tests/test_models.py``, unmodified, on the fairseq-sret models.
 
 Loaded with ``-p timm_models_plugin`` (this folder on ``sys.path``) by
-``tests/test_vision_timm.py``, which runs the file from timm's source distribution. The plugin
+``tests/vision/test_timm.py``, which runs the file from timm's source distribution. The plugin
 
 - imports :mod:`fairseq_sret.vision` before the file is collected, so that the ``list_models()``
   calls in its parametrizations list our models;

@@ -1,5 +1,5 @@
 """fairseq's own generation and training options with our models: each works, or is refused
-by name (the options of the model itself: ``test_nmt_options.py``).
+by name (the options of the model itself: ``test_transformer_options.py``).
 
 Every field of fairseq's ``GenerationConfig``, ``CommonEvalConfig`` and ``InteractiveConfig``
 is in ``GENERATION``: in a group of options decoded together (``GROUPS``, in this process
@@ -56,7 +56,7 @@ GENERATION = {
     **{name: "language model" for name in ("lm_path", "lm_weight", "match_source_len")},
     **{name: "interactive" for name in ("constraints", "buffer_size", "input")},
     **{name: "refused" for name in UNSUPPORTED_GENERATION},
-    "path": "every call", "results_path": "every call", "model_overrides": "test_depth_cli.py, test_bad_input_cli.py",
+    "path": "every call", "results_path": "every call", "model_overrides": "test_depth_overrides.py, test_bad_input_table.py",
     "no_seed_provided": "fairseq's own bookkeeping (set when --seed is not given)",
 }
 #: a value for each refused option (flags: no value)

@@ -15,7 +15,7 @@ from fairseq_sret_cli.toy import write_reversal_corpus
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ENV = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"), PYTHONUNBUFFERED="1")
 MODEL = [

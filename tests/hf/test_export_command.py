@@ -13,7 +13,7 @@ pytest.importorskip("fairseq")
 
 from fairseq_sret_cli.export_hf import main  # noqa: E402
 from fairseq_sret.hf.convert import MARKER  # noqa: E402
-from test_hf_model import make_data_bin, sret_checkpoint  # noqa: E402
+from test_modeling import make_data_bin, sret_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

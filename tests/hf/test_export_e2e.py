@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("fairseq")
 
 from cli_helpers import ENV, SRET, TRAIN, run  # noqa: E402
-from test_hf_model import toy_batch, write_toy_multi30k  # noqa: E402
+from test_modeling import toy_batch, write_toy_multi30k  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

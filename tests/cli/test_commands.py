@@ -23,7 +23,7 @@ COMMANDS = {
     "sret-experiments": "fairseq_sret_cli.experiments",
     "sret-export-hf": "fairseq_sret_cli.export_hf",
 }
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_setup_py_installs_every_command():

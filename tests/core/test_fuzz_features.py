@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from fairseq_sret.core import fold_lrc
 from nmt_helpers import SMALL, DummyTask, build
 from test_depth import truncated
-from test_fold_lrc import randomize_lrc, rel_err
+from test_fold import randomize_lrc, rel_err
 from test_fuzz_core import fuzz
 
 pytestmark = pytest.mark.fuzz
@@ -313,7 +313,7 @@ def test_fused_residual_lrc_layernorm_is_its_definition(inputs, eps, affine):
 def test_onnx_export_of_random_vision_configurations(img_size, stage_groups, recursions, seed, tmp_path_factory):
     """Exported random SReTs match ONNX Runtime within the stated 1e-4; a size that is not a
     multiple of 32 is refused when the model is built, naming it."""
-    from test_vision_onnx import MISSING, randomised
+    from test_export_onnx import MISSING, randomised
 
     from fairseq_sret.vision import check_onnx, export_onnx
 

@@ -24,7 +24,7 @@ import torch
 from bad_input_cases import MAINS, corpus, images, run_case_here, transformer_checkpoint, write
 from fairseq_sret_cli.outputs import MANIFEST, Busy, OutputInTheWay, Outputs, exclusive
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FOREIGN = "a file the user made\n"
 
 
@@ -162,7 +162,7 @@ def experiment_file(folder: Path) -> None:
 def checkpoint_and_data_bin(folder: Path) -> None:
     """A data-bin made by sret-prepare's recipe (spm.model, dictionaries) and an sret_transformer
     checkpoint of it: what sret-export-hf reads."""
-    from test_hf_model import make_data_bin, sret_checkpoint
+    from test_modeling import make_data_bin, sret_checkpoint
 
     sret_checkpoint(make_data_bin(folder), folder / "sret.pt")
 

@@ -26,7 +26,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq_sret_cli.toy import architecture_args
 from fairseq_sret.conversion.uptrain import layer_groups, uptrain_checkpoint
 from nmt_helpers import SMALL, build
-from test_nmt_model import sample_batch
+from test_sret_transformer import sample_batch
 
 WIDTHS = dict(SMALL, encoder_ffn_embed_dim=48, decoder_ffn_embed_dim=40, encoder_layers=4, decoder_layers=2,
               dropout=0.0)

@@ -11,7 +11,7 @@ import pytest
 from fairseq_sret_cli.experiment_runner import ExperimentError, parse_experiment, parse_training_log, training_summary
 from fairseq_sret_cli.toy import write_reversal_corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
 LOG = """\

@@ -13,7 +13,7 @@ from fairseq_sret_cli.data.io import read_lines, write_lines
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_quickstart_runs_end_to_end(shared_dir, tmp_path):
