@@ -32,7 +32,8 @@ setup(
         # onnx...: the ONNX export tests (slow tier, about a minute of CPU) run in CI too
         # matplotlib: the experiment runner's plots are checked in CI
         # transformers, safetensors: the Hugging Face export's tests (fairseq_sret.hf)
-        "test": ["pytest", "hypothesis", "pillow", "matplotlib", "onnx", "onnxscript", "onnxruntime",
+        # pytest-xdist: scripts/run_tests.sh runs the suite on every core (--dist loadfile)
+        "test": ["pytest", "pytest-xdist", "hypothesis", "pillow", "matplotlib", "onnx", "onnxscript", "onnxruntime",
                  "transformers>=5.24", "safetensors",
                  'triton>=3.0,<3.9; platform_system == "Linux" and platform_machine == "x86_64"'],
         # the optional Triton kernels (fairseq_sret.core.fused); CUDA machines with a CUDA

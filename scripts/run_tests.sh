@@ -8,5 +8,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SRET_TIMM=1 bash "$repo/scripts/setup_env.sh"
 venv="${SRET_VENV:-$repo/.venv}"
 cd "$repo"
-echo "[tests] running pytest"
-SRET_REQUIRE_TIMM=1 exec "$venv/bin/python" -m pytest tests "$@"
+# One pytest worker per core (SRET_TEST_WORKERS to choose), each file's tests in one worker
+# (module-scoped fixtures are built once); one torch thread per worker.
+workers="${SRET_TEST_WORKERS:-auto}"
+echo "[tests] running pytest ($workers workers)"
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" SRET_REQUIRE_TIMM=1 exec "$venv/bin/python" -m pytest tests -n "$workers" --dist loadfile "$@"

@@ -51,7 +51,7 @@ if [ "${SRET_TIMM:-0}" = "1" ]; then
     fi
 fi
 
-if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, hypothesis, onnxscript, onnxruntime, matplotlib, yaml, transformers, safetensors" 2>/dev/null \
+if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, xdist, hypothesis, onnxscript, onnxruntime, matplotlib, yaml, transformers, safetensors" 2>/dev/null \
         && [ -x "$venv/bin/sret-uptrain" ] && [ -x "$venv/bin/sret-export-hf" ] \
         && [ "$("$py" -c 'import fairseq_sret, os; print(os.path.dirname(os.path.dirname(fairseq_sret.__file__)))')" = "$repo" ]; then
     echo "[setup] fairseq-sret and its dependencies already installed"

@@ -58,10 +58,16 @@ def test_replacing_swaps_in_a_new_file_or_leaves_the_old_one(tmp_path):
 
 def start(argv, log: Path, cwd=None) -> subprocess.Popen:
     """A command in its own process group (the runner's trainings die with it), its output
-    appended to ``log``."""
+    appended to ``log``. SIGINT starts at its default, as an interactive shell starts a
+    command: a process that inherits SIGINT ignored (from a test worker, or a shell's
+    background job) never raises KeyboardInterrupt."""
     with open(log, "ab") as handle:
         return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=ENV, cwd=cwd,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def kill(process: subprocess.Popen) -> None:
