@@ -14,12 +14,12 @@ Values are checked by :func:`fairseq_sret.core.schedule.check_depth` before anyt
 """
 
 from contextlib import ExitStack, contextmanager
-from typing import ContextManager, Iterator, List, Optional, Tuple, Union
+from typing import ContextManager, Dict, Iterator, List, Optional, Tuple, Union
 
 from torch import nn
 
 from .recursion import Recursive
-from .schedule import check_depth
+from .schedule import RecursionSchedule, check_depth
 
 
 def recursive_layers(module: nn.Module) -> List[Recursive]:
@@ -55,8 +55,14 @@ def set_depth(module: nn.Module, value: Optional[int], name: str = "depth") -> N
     """Run the first ``value`` applications of every recursive layer in ``module`` (None:
     all of them). Checked before anything changes; errors name the value as ``name``."""
     _check(module, value, name)
+    # layers that shared a schedule keep sharing one (torch.compile guards on the sharing:
+    # a model back at a depth it ran before reuses that depth's graph)
+    new: Dict[int, RecursionSchedule] = {}
     for layer in recursive_layers(module):
-        layer.schedule = layer.schedule.with_depth(value, name)
+        old = layer.schedule
+        if id(old) not in new:
+            new[id(old)] = old.with_depth(value, name)
+        layer.schedule = new[id(old)]
 
 
 @contextmanager

@@ -218,6 +218,8 @@ class RecursionSchedule:
         if depth is None:
             depth = len(self.steps)
         check_depth(depth, len(self.steps), name, built=built, fix=fix)
+        if self.depth == depth:
+            return self  # the same object: torch.compile's guards on it still hold
         return replace(self, steps=tuple(replace(s, runs=s.index < depth) for s in self.steps))
 
     # ------------------------------------------------------------------ reading
