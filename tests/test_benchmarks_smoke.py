@@ -192,3 +192,10 @@ def test_bench_onnx_smoke():
 def test_count_ops_smoke():
     out = run_script("count_ops")
     assert rows(out, "sret_t") and rows(out, "SReT tiny 2x2") and rows(out, "transformer 4+4 post-LN")
+
+
+@pytest.mark.skipif(not _timm_importable(), reason="bench_compile builds timm's DeiT-T beside ours")
+def test_bench_compile_smoke():
+    out = run_script("bench_compile", "--regional", timeout=300)
+    assert len(rows(out, "sret_t")) == 2 + 2 * 2, out  # two ways compiled; two depths each after the first call
+    assert rows(out, "deit_tiny_patch16_224"), out

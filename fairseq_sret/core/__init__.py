@@ -13,6 +13,8 @@
   recursive layer of a model at a chosen depth; :func:`check_depth`: the one depth check.
 - :func:`parse_mixed_depth` / :func:`mixed_depth_loss` (:mod:`.mixed_depth`): mixed-depth
   training.
+- :func:`compile_shared_layers` (:mod:`.regional_compile`): ``torch.compile`` of each shared
+  layer alone, reused by its applications and every depth.
 - :func:`fold_lrc`: an inference copy with the LRC coefficients folded into weights.
 - :func:`lrc_add` / :func:`lrc_add_norm` (:mod:`.fused`): residual + LRC (+ LayerNorm) as one
   operation, a Triton kernel on CUDA.
@@ -33,6 +35,7 @@ from .mixed_depth import (
 )
 from .partition import PARTITION_MODES, compute_partition
 from .recursion import Recursive
+from .regional_compile import compile_shared_layers
 from .residual import FoldedResidual, LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep, check_depth
 
@@ -55,6 +58,7 @@ __all__ = [
     "at_depth",
     "check_depth",
     "check_mixed_depth",
+    "compile_shared_layers",
     "compute_partition",
     "fast_paths",
     "fold_lrc",

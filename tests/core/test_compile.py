@@ -87,3 +87,53 @@ def test_compile_nmt_encoder_layer():
     mask = torch.zeros(2, 10, dtype=torch.bool)
     mask[0, -3:] = True
     compiles_fullgraph(model.encoder.layers[0], torch.randn(10, 2, 32), mask)
+
+
+def test_a_depth_the_compiled_model_ran_before_compiles_nothing_new():
+    """``set_depth`` keeps the layers' schedule objects shared as they were built, so
+    torch.compile's guards on them hold again when the model returns to a depth."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = create_model("sret_t", img_size=32, num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager")
+    graphs = []
+    with torch.no_grad():
+        for depth in ("as built", 1, None, 1):
+            if depth != "as built":
+                model.set_depth(depth)
+            counters.clear()
+            torch.testing.assert_close(compiled(x), model(x))
+            graphs.append(counters["stats"]["unique_graphs"])
+    torch._dynamo.reset()
+    assert graphs == [1, 1, 0, 0]
+
+
+def test_compile_shared_layers_reuses_its_graphs_at_every_depth():
+    """Regional compilation: each shared layer's applications compile once, outputs equal
+    eager mode, and a depth switch compiles nothing new."""
+    from torch._dynamo.utils import counters
+
+    from fairseq_sret.core import compile_shared_layers
+
+    torch.manual_seed(0)
+    model = create_model("sret_t", img_size=32, num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        expected = {depth: model.set_depth(depth) or model(x) for depth in (1, None)}
+    torch._dynamo.reset()
+    compile_shared_layers(model, backend="eager")
+    graphs = []
+    with torch.no_grad():
+        for depth in (None, 1, None):
+            model.set_depth(depth)
+            counters.clear()
+            torch.testing.assert_close(model(x), expected[depth])
+            graphs.append(counters["stats"]["unique_graphs"])
+    torch._dynamo.reset()
+    applications = sum(len(stage.schedule) for stage in model.modules() if isinstance(stage, Recursive))
+    assert 0 < graphs[0] <= applications and graphs[1:] == [0, 0]
+    with pytest.raises(ValueError, match="no recursive layers"):
+        compile_shared_layers(torch.nn.Linear(2, 2))
