@@ -35,8 +35,10 @@ constants (``s_i * x + f``, one kernel each) and only the branch scales are fold
 
 After folding, every residual is one element-wise kernel (``x + f`` or ``a * x + f`` with a
 constant ``a``), as in a transformer without LRC; with the fused Triton kernel it is part of
-the LayerNorm kernel that follows. The coefficients are no longer parameters, so the
-result is for inference (it is returned in ``eval()`` mode).
+the LayerNorm kernel that follows. Modules with a normalisation that is constant at inference
+fold it too, through their ``fold_norm_for_inference()`` (the vision stem's BatchNorm goes
+into its convolution). The coefficients are no longer parameters, so the result is for
+inference (it is returned in ``eval()`` mode).
 """
 
 import copy
@@ -139,4 +141,6 @@ def fold_lrc(model: nn.Module, skip: bool = True, inplace: bool = False) -> nn.M
     for res, new in replacements:
         owner, name = _owner_and_name(folded, res)
         setattr(owner, name, new)
+    for module in [m for m in folded.modules() if callable(getattr(m, "fold_norm_for_inference", None))]:
+        module.fold_norm_for_inference()
     return folded

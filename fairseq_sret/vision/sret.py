@@ -121,8 +121,10 @@ class ConvBNReLU(nn.Sequential):
     In eval mode the BatchNorm is an affine map of its running statistics, so it is folded
     into the convolution on the fly (``w * g / sqrt(var + eps)``, ``(b - mean) * g /
     sqrt(var + eps) + beta``): one convolution and an in-place ReLU instead of three passes
-    over the stem's largest activations. The parameters and the state dict are unchanged; a
-    hook on the convolution or the BatchNorm (or a global one) keeps the three separate calls.
+    over the stem's largest activations (:func:`~fairseq_sret.core.fold_lrc`'s inference copy
+    folds once, :meth:`fold_norm_for_inference`). The parameters and the state dict are
+    unchanged; a hook on the convolution or the BatchNorm (or a global one) keeps the three
+    separate calls.
     """
 
     def __init__(self, in_dim: int, out_dim: int):
@@ -130,11 +132,14 @@ class ConvBNReLU(nn.Sequential):
         self.conv = nn.Conv2d(in_dim, out_dim, kernel_size=3, stride=2, padding=1, bias=True)
         self.norm = nn.BatchNorm2d(out_dim)
         self.act = nn.ReLU(inplace=True)
+        self.register_buffer("inference_weight", None, persistent=False)
+        self.register_buffer("inference_bias", None, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _folds_norm(self) -> bool:
+        return isinstance(self.norm, nn.BatchNorm2d) and self.norm.running_var is not None
+
+    def _folded_weight_and_bias(self) -> Tuple[Tensor, Tensor]:
         conv, norm = self.conv, self.norm
-        if self.training or norm.running_var is None or not (no_forward_hooks(conv) and no_forward_hooks(norm)):
-            return super().forward(x)
         scale = torch.rsqrt(norm.running_var + norm.eps)
         if norm.weight is not None:
             scale = scale * norm.weight
@@ -142,7 +147,31 @@ class ConvBNReLU(nn.Sequential):
         if norm.bias is not None:
             bias = bias + norm.bias
         weight = conv.weight * scale.reshape(-1, 1, 1, 1).to(conv.weight.dtype)
-        return F.relu(conv._conv_forward(x, weight, bias.to(conv.weight.dtype)), inplace=True)
+        return weight, bias.to(conv.weight.dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        conv, norm = self.conv, self.norm
+        if self.training or not self._folds_norm() or not (no_forward_hooks(conv) and no_forward_hooks(norm)):
+            return super().forward(x)
+        if self.inference_weight is not None:
+            weight, bias = self.inference_weight, self.inference_bias
+        else:
+            weight, bias = self._folded_weight_and_bias()
+        return F.relu(conv._conv_forward(x, weight, bias), inplace=True)
+
+    def fold_norm_for_inference(self) -> None:
+        """Compute the folded weight and bias once, as the inference copy of
+        :func:`fairseq_sret.core.fold_lrc` does, instead of on every call in eval mode. They
+        are buffers outside the state dict, dropped when the module trains again (its
+        statistics change); training mode runs the convolution and the BatchNorm as ever."""
+        if self._folds_norm():
+            with torch.no_grad():
+                self.inference_weight, self.inference_bias = self._folded_weight_and_bias()
+
+    def train(self, mode: bool = True) -> "ConvBNReLU":
+        if mode:
+            self.inference_weight = self.inference_bias = None
+        return super().train(mode)
 
 
 class ConvStem(nn.Sequential):

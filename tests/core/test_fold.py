@@ -43,9 +43,17 @@ def test_fold_sret_t(dtype, tol, skip):
     torch.manual_seed(0)
     model = create_model("sret_t", img_size=64, num_classes=10).to(dtype)
     randomize_lrc(model)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for norm in norms:  # the stem's BatchNorms: the copy folds them into its convolutions once
+        norm.running_mean.uniform_(-0.5, 0.5)
+        norm.running_var.uniform_(0.5, 2.0)
+        torch.nn.init.uniform_(norm.weight, -2.0, 2.0)
+        torch.nn.init.uniform_(norm.bias, -0.5, 0.5)
     model.eval()
     x = torch.randn(2, 3, 64, 64, dtype=dtype)
     folded = fold_lrc(model, skip=skip)
+    stems = [m for m in folded.modules() if hasattr(m, "inference_weight")]
+    assert len(norms) == 3 and len(stems) == 3 and all(m.inference_weight is not None for m in stems)
     assert not folded.training and folded is not model
     with torch.no_grad():
         assert rel_err(model(x), folded(x)) < tol
@@ -57,6 +65,7 @@ def test_fold_sret_t(dtype, tol, skip):
         assert sum(f == 1.0 for f in factors) == 10
     # the original is untouched
     assert residual_kinds(model)[0] == 40
+    assert all(m.inference_weight is None for m in model.modules() if hasattr(m, "inference_weight"))
 
 
 def test_fold_shares_weights_like_the_model():
