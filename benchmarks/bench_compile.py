@@ -1,19 +1,18 @@
 """torch.compile of the vision models: compile time, compiled speed, and what a depth switch costs.
 
     python -m benchmarks.bench_compile --threads 1                 # SReT-T against DeiT-T, CPU, Inductor
-    python -m benchmarks.bench_compile --threads 1 --regional      # also the shared blocks compiled one by one
+    python -m benchmarks.bench_compile --threads 1 --regional      # also the shared layers compiled one by one
     python -m benchmarks.bench_compile --smoke                     # tiny, seconds (harness check)
 
-For each model: the first call of ``torch.compile(model)`` (wall clock, which includes
-Inductor's compile workers; a fresh cache directory, so every compilation is cold), the graphs Dynamo made for it, and images/s compiled and eager
-(round-robin, median of rounds, ``--clock``). For SReT, also the first call after
-``set_depth(d)`` for every depth below the trained one and then back at the full depth, with
-the graphs each call made: compiling the whole model unrolls the recursions, so each new
-depth is a new graph. ``--regional`` adds SReT with every shared block and NLL compiled on
-its own (``module.compile()``, the recursion loop left in Python), so that the applications of
-a block with the same attention groups share one graph and a depth switch compiles nothing
-new; Dynamo's limit of graphs per function is raised for it, since all blocks share one
-``forward``.
+For each model: the first call of ``torch.compile(model)`` by the wall clock (Inductor
+compiles in worker processes), cold (a fresh Inductor cache), with the graphs Dynamo made;
+then images/s compiled and eager, every model round-robin in one measurement (median of
+rounds, ``--clock``). For SReT, also the first call after ``set_depth(d)`` for every depth
+below the trained one and then back at the full depth, with the graphs each call made:
+compiling the whole model unrolls the recursions, so each new depth is a new graph.
+``--regional`` adds SReT compiled with :func:`fairseq_sret.core.compile_shared_layers` (each
+shared layer and NLL on its own, the recursion loop left in Python): the applications alike
+share one graph and a depth switch compiles nothing new.
 """
 
 import argparse
@@ -59,7 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=["sret_t", "deit_tiny_patch16_224"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--backend", default="inductor")
-    p.add_argument("--regional", action="store_true", help="also SReT with its shared blocks compiled one by one")
+    p.add_argument("--regional", action="store_true", help="also SReT with its shared layers compiled one by one")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--img-size", type=int, default=224)
     p.add_argument("--threads", type=int, default=None)
