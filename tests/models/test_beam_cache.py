@@ -16,7 +16,7 @@ from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 import fairseq_sret.core.recursion as recursion_module  # noqa: E402
 from fairseq_sret.core import Recursive  # noqa: E402
-from nmt_helpers import SMALL, build  # noqa: E402
+from nmt_helpers import sliced_model  # noqa: E402
 
 
 def test_static_cross_cache_is_kept_for_same_size_orders_and_selected_when_the_batch_shrinks():
@@ -74,10 +74,7 @@ def _full_reorder(cache, new_order):
 
 
 def _beam_search_run(groups):
-    torch.manual_seed(0)
-    model, task = build("sret_transformer", **SMALL, encoder_groups=groups, decoder_groups=groups,
-                        decoder_partition="strided,random")
-    model.eval()
+    model, task = sliced_model(groups, seed=0)
     d = task.source_dictionary
     g = torch.Generator().manual_seed(1)
     lengths = torch.tensor([9, 4, 7, 2, 6])

@@ -8,7 +8,7 @@ import torch
 from fairseq import search
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_sret.conversion.convert import fairseq_transformer_to_sret
-from nmt_helpers import SMALL, DummyTask, build
+from nmt_helpers import SMALL, DummyTask, build, sliced_model
 
 PLAIN = dict(encoder_recursions=1, decoder_recursions=1, nll_ratio=0.0, no_lrc=True,
              encoder_groups="1", decoder_groups="1")
@@ -113,10 +113,7 @@ def generate(model, task, src, lengths, beam=4):
 
 @pytest.mark.parametrize("groups", ["1", "2,1", "4,2"])
 def test_beam_search_is_independent_of_batch_order(groups):
-    torch.manual_seed(1)
-    model, task = build("sret_transformer", **SMALL, encoder_groups=groups, decoder_groups=groups,
-                        decoder_partition="strided,random")
-    model.eval()
+    model, task = sliced_model(groups, seed=1)
     d = task.source_dictionary
     g = torch.Generator().manual_seed(3)
     sents = [torch.randint(d.nspecial, len(d), (n,), generator=g).tolist() + [d.eos()] for n in (6, 3, 8, 5)]
