@@ -44,13 +44,11 @@ def first_call(fn: Callable[[], object]) -> Dict[str, float]:
     return {"s": time.perf_counter() - start, "graphs": _graphs() - before}
 
 
-def build(name: str, img_size: int, num_classes: int) -> torch.nn.Module:
-    import timm
-
-    import fairseq_sret.vision  # noqa: F401  (registers our models with timm)
+def build(name: str, img_size: int) -> torch.nn.Module:
+    from benchmarks.bench_vision import build as build_vision_model
 
     torch.manual_seed(0)
-    return timm.create_model(name, img_size=img_size, num_classes=num_classes).eval()
+    return build_vision_model(name, img_size).eval()
 
 
 def main(argv=None) -> int:
@@ -77,7 +75,6 @@ def main(argv=None) -> int:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache.name
     torch._inductor.config.fx_graph_cache = False
     device = pick_device(args.device)
-    num_classes = 10 if args.smoke else 1000
     print(command_line())
     print(hardware_line(device))
     print(f"settings: backend {args.backend}, batch {args.batch}, {args.img_size}x{args.img_size}, no_grad, "
@@ -96,8 +93,8 @@ def main(argv=None) -> int:
     diffs: Dict[str, float] = {}
     depth_rows: List[list] = []
     for name, how in variants:
-        model = build(name, args.img_size, num_classes).to(device)
-        eager = build(name, args.img_size, num_classes).to(device)
+        model = build(name, args.img_size).to(device)
+        eager = build(name, args.img_size).to(device)
         if how == "whole model":
             compiled = torch.compile(model, backend=args.backend)
         else:

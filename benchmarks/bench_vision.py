@@ -177,12 +177,13 @@ def timm_available() -> bool:
         return False
 
 
-def build(name, img_size):
+def build(name, img_size=None):
+    """Our model ``name`` or timm's, untrained, at ``img_size`` (None: the model's own)."""
     if is_model(name):
-        return create_model(name, img_size=img_size)
+        return create_model(name) if img_size is None else create_model(name, img_size=img_size)
     import timm
 
-    kwargs = {} if img_size == 224 else {"img_size": img_size}
+    kwargs = {} if img_size in (None, 224) else {"img_size": img_size}
     return timm.create_model(name, pretrained=False, **kwargs)
 
 

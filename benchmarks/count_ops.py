@@ -73,19 +73,11 @@ def count(step: Callable[[], None]) -> OpCounter:
 
 
 # ---------------------------------------------------------------- vision
-def vision_model(name: str):
-    import fairseq_sret.vision as ours
-
-    if ours.is_model(name):
-        return ours.create_model(name)
-    import timm
-
-    return timm.create_model(name)
-
-
 def vision_counts(name: str, batch: int = 2) -> Dict[str, OpCounter]:
     torch.manual_seed(0)
-    model = vision_model(name)
+    from benchmarks.bench_vision import build
+
+    model = build(name)
     size = getattr(model, "pretrained_cfg", {}).get("input_size", (3, 224, 224))[-2:]
     images = torch.randn(batch, 3, *size)
     labels = torch.zeros(batch, dtype=torch.long)
