@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -129,3 +130,9 @@ def test_with_every_patch_turned_off_fairseq_is_left_as_it_is():
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"applied": {p.name: "turned off" for p in fairseq_patches.PATCHES}, "fairseq_unchanged": True}
+
+
+def test_every_patch_has_a_row_in_the_docs_table():
+    table = (REPO / "docs" / "fairseq_patches.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    assert rows and sorted(rows) == sorted(p.name for p in fairseq_patches.PATCHES)

@@ -93,7 +93,10 @@ def test_pure_pytorch_parts_import_neither_fairseq_nor_its_patches(module):
 
 
 def test_finished_run_defect_without_the_patch():
-    assert fairseq_patches.finished_run_trains_again(fairseq_cli.train.train.__wrapped__)
+    fairseq_train = fairseq_cli.train.train
+    while getattr(fairseq_train, "_sret_patched", False):  # under every patch's wrapper
+        fairseq_train = fairseq_train.__wrapped__
+    assert fairseq_patches.finished_run_trains_again(fairseq_train)
     assert not fairseq_patches.finished_run_trains_again(fairseq_cli.train.train)
 
 
@@ -274,3 +277,51 @@ def test_load_error_cause_defect_without_the_patch():
     load = trainer_module.Trainer.load_checkpoint
     assert fairseq_patches.load_errors_hide_their_cause(under_the_patch(load, "load_error_cause"))
     assert not fairseq_patches.load_errors_hide_their_cause(load)
+
+
+def test_patience_resume_defect_without_the_patch():
+    assert fairseq_patches.patience_lost_on_resume(checkpoint_utils.save_checkpoint.__wrapped__,
+                                                   checkpoint_utils.load_checkpoint.__wrapped__)
+    assert not fairseq_patches.patience_lost_on_resume()
+    assert getattr(fairseq_cli.train.should_stop_early, "best", None) is None  # the probe leaves no state behind
+
+
+@pytest.mark.e2e
+def test_patience_counts_on_across_a_resume(tmp_path):
+    """A run stopped by --patience, and the same run interrupted (--max-epoch) after its best
+    epoch and resumed, stop at the same epoch; started again, the stopped run trains no more.
+    Without the patch the resumed run counts again from its first validation."""
+    data_bin = preprocess(write_corpus(tmp_path / "raw", sizes=(("train", 40), ("valid", 10), ("test", 10))))
+    argv = [sys.executable, "-m", "fairseq_cli.train", str(data_bin), *SRET, "--optimizer", "adam", "--lr", "5e-3",
+            "--max-tokens", "400", "--cpu", "--num-workers", "0", "--log-format", "simple", "--no-progress-bar",
+            "--seed", "1", "--no-epoch-checkpoints", "--patience", "2",
+            "--dropout", "0"]  # fairseq does not restore dropout's random state on a resume
+
+    def train(save_dir, max_epoch, env=ENV):
+        out = subprocess.run(argv + ["--max-epoch", str(max_epoch), "--save-dir", str(save_dir)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        log = out.stdout + out.stderr
+        validated = re.findall(r"epoch (\d+) \| valid on 'valid' subset \| loss ([\d.]+)", log)
+        return [(int(epoch), float(loss)) for epoch, loss in validated], log
+
+    whole, log = train(tmp_path / "whole", 60)
+    assert "early stop" in log
+    stopped_at = whole[-1][0]
+    best_at = min(whole, key=lambda validation: validation[1])[0]
+    assert stopped_at == best_at + 2 < 60
+    unpatched = dict(ENV, **{fairseq_patches.PATCHES_ENV: "-patience_resume"})
+    for name, env in (("patched", ENV), ("unpatched", unpatched)):
+        first, _ = train(tmp_path / name, best_at + 1, env)  # one validation without improvement, then stopped
+        assert first == whole[:best_at + 1]
+        resumed, log = train(tmp_path / name, 60, env)
+        assert "early stop" in log
+        if name == "patched":
+            assert resumed == whole[best_at + 1:]
+        else:
+            assert resumed[0] == whole[best_at + 1] and resumed[-1][0] > stopped_at
+
+    last = tmp_path / "patched" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    again, log = train(tmp_path / "patched", 60)
+    assert again == [] and "already stopped early" in log and last.read_bytes() == before
