@@ -47,7 +47,7 @@ def run_values(record: dict, experiment: Experiment) -> Dict[str, Optional[float
         "updates": train.get("updates"),
         "epochs": train.get("epochs"),
         "train_seconds": train.get("seconds"),
-        "train_cpu_seconds": record.get("train_cpu_seconds"),
+        "train_cpu_seconds": train["cpu_seconds"] if "cpu_seconds" in train else record.get("train_cpu_seconds"),
     }
     for kind, subsets in (record.get("eval") or {}).items():
         for subset, result in subsets.items():
@@ -217,7 +217,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
               + "".join(f"; `@{name}`: decoded with `{' '.join(flags)}`" for name, flags in ev.variants.items() if name)
               + ". Numbers are mean ± std over the seeds done (n in the seeds column); sent/s is"
               " fairseq-generate's own count (batches of the eval's max tokens)."
-              " Train CPU s: user + system CPU time of the training processes (all of a resumed run's);"
+              " Train CPU s: user + system CPU time of the training processes (for a resumed run see below);"
               " other seconds: wall clock of the training process (fairseq's `wall`), with the runs trained"
               " side by side as recorded in the JSON.", ""]
     if experiment.notes:
@@ -256,6 +256,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
             cells += [_fmt({"mean": v.get(f"bleu/{k}/{x}")}) for k in kinds for x in ev.subsets]
             lines.append("| " + " | ".join(cells) + " |")
     lines += restarted_runs(records)
+    lines += cut_runs(records)
     lines += learning_curves(experiment, records, subsets)
     lines += ["", "Rows (architecture and flags added to the schedule's; the row's own update count):", ""]
     for row in rows:
@@ -297,6 +298,22 @@ def learning_curves(experiment: Experiment, records: List[dict], subsets: Dict[s
     return lines
 
 
+def cut_runs(records: List[dict]) -> List[str]:
+    """Markdown lines on the finished runs trained past the epoch at which --patience stops them."""
+    cut = [r for r in records if r.get("status") == "done" and (r.get("train") or {}).get("epochs_trained")]
+    if not cut:
+        return []
+    lines = ["", "Runs trained past the epoch at which their validation history meets --patience (resumed by a"
+             " fairseq that did not keep the count): each is counted, evaluated and timed as of that epoch (its"
+             " best, and the epoch checkpoints ending there); the later epochs are left out.", "",
+             "| run | best epoch | stops at epoch | trained to epoch |", "|---|---|---|---|"]
+    for r in sorted(cut, key=lambda r: (r["row"], r["seed"])):
+        train = r["train"]
+        lines.append(f"| {r['row']}/seed{r['seed']} | {train.get('best_epoch')} | {train['stopped_at_epoch']} | "
+                     f"{train['epochs_trained']} |")
+    return lines
+
+
 def restarted_runs(records: List[dict]) -> List[str]:
     """Markdown lines on the finished runs that took more than one training process."""
     restarted = [r for r in records if r.get("status") == "done" and (r.get("train") or {}).get("starts", 1) > 1]
@@ -304,8 +321,9 @@ def restarted_runs(records: List[dict]) -> List[str]:
         return []
     lines = ["", "Runs trained by more than one process (stopped at a time limit and resumed, or restarted after"
              " their runner was killed). Updates trained again: a lower bound, from the training log. Train CPU s"
-             " counts the processes whose CPU time the runner recorded; a process killed with its runner is not"
-             " counted.", "", "| run | training processes | counted in train CPU s | updates trained again |",
+             " follows the path of the checkpoints where the runner kept a CPU trace (eval.curve); otherwise it"
+             " counts the processes whose CPU time the runner recorded, and a process killed with its runner is"
+             " not counted.", "", "| run | training processes | counted in train CPU s | updates trained again |",
              "|---|---|---|---|"]
     for r in sorted(restarted, key=lambda r: (r["row"], r["seed"])):
         train = r["train"]

@@ -76,13 +76,17 @@ def process_cpu_seconds(pid: int) -> Optional[float]:
 
 
 class CpuTrace:
-    """Samples a training process's CPU time against the update count it has logged, so
-    that a checkpoint's update can be read as the training CPU seconds it cost. A resumed
-    run continues from the CPU time its earlier processes recorded (``offset``)."""
+    """Samples a training process's CPU time against the update count it logs, so that a
+    checkpoint's update can be read as the training CPU seconds it cost (:func:`cpu_seconds_at`).
 
-    def __init__(self, paths: "RunPaths", pid: int, offset: float, interval: float = 30.0):
-        self.paths, self.pid, self.offset, self.interval = paths, pid, offset, interval
-        self.last_sample, self.read_to, self.update = 0.0, 0, None
+    Each line of ``cpu_trace.jsonl``: ``{"pid", "from_update", "update", "process_cpu_seconds"}``,
+    the process, the update it resumed from (0 from scratch; None until its log says), the
+    last update it logged and its own CPU seconds so far. ``log_offset``: where this process's
+    lines begin in the training log (a resumed run's log holds the earlier processes' too)."""
+
+    def __init__(self, paths: "RunPaths", pid: int, log_offset: int = 0, interval: float = 30.0):
+        self.paths, self.pid, self.interval = paths, pid, interval
+        self.last_sample, self.read_to, self.update, self.from_update = 0.0, log_offset, None, None
 
     def poll(self, now: float) -> None:
         if now - self.last_sample < self.interval:
@@ -97,6 +101,10 @@ class CpuTrace:
         cut = chunk.rfind(b"\n") + 1
         self.read_to += cut
         for line in chunk[:cut].decode("utf-8", errors="replace").splitlines():
+            loaded = _LOG_LOADED.search(line)
+            if loaded or _LOG_FRESH.search(line):
+                self.from_update = int(loaded.group(1)) if loaded else 0
+                continue
             match = _LOG_RECORD.search(line)
             if match:
                 found = _UPDATE_IN_RECORD.search(match.group(2))
@@ -105,8 +113,10 @@ class CpuTrace:
         seconds = process_cpu_seconds(self.pid)
         if self.update is None or seconds is None:
             return
+        sample = {"pid": self.pid, "from_update": self.from_update, "update": self.update,
+                  "process_cpu_seconds": round(seconds, 1)}
         with open(self.paths.cpu_trace, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"update": self.update, "cpu_seconds": round(self.offset + seconds, 1)}) + "\n")
+            handle.write(json.dumps(sample) + "\n")
 
 
 def read_cpu_trace(paths: "RunPaths") -> List[dict]:
@@ -121,12 +131,92 @@ def read_cpu_trace(paths: "RunPaths") -> List[dict]:
     return samples
 
 
-def cpu_seconds_at(samples: Sequence[dict], update: int) -> Optional[float]:
-    """The training CPU seconds when ``update`` was reached: the first sample at or past it
-    (samples are ``CpuTrace.interval`` apart), None when the trace does not reach it."""
-    reached = [s["cpu_seconds"] for s in samples if s["update"] >= update]
+def _trace_processes(samples: Sequence[dict], starts: Optional[Sequence[dict]] = None) -> List[tuple]:
+    """The samples of each training process, in order: ``[(from_update, [(update, seconds)])]``.
+
+    Older traces (``{"update", "cpu_seconds"}`` lines) do not name the process: a new one is
+    where the CPU seconds fall, its ``from_update`` is taken from the training log's process
+    starts when their numbers agree (else unknown: None), and a process's first samples that
+    still carry the update its predecessor logged last (an update later than one it logs
+    afterwards) are dropped."""
+    processes, legacy = [], []
+    for sample in samples:
+        if "process_cpu_seconds" in sample:
+            key = (sample["pid"], sample["from_update"])
+            if not processes or processes[-1][0] != key:
+                processes.append((key, []))
+            processes[-1][1].append((sample["update"], sample["process_cpu_seconds"]))
+        else:
+            if not legacy or sample["cpu_seconds"] < legacy[-1][-1][1]:
+                legacy.append([])
+            legacy[-1].append((sample["update"], sample["cpu_seconds"]))
+    starts = list(starts or [])
+    result = []
+    for i, points in enumerate(legacy):
+        kept = [p for j, p in enumerate(points) if all(p[0] <= q[0] for q in points[j + 1:])]
+        result.append((starts[i]["from_update"] if len(starts) == len(legacy) else None, kept))
+    return result + [(key[1], points) for key, points in processes]
+
+
+def cpu_cost_path(samples: Sequence[dict], starts: Optional[Sequence[dict]] = None) -> List[tuple]:
+    """``[(update, training CPU seconds to reach it)]`` along the run's surviving path: a
+    process resumed from update U continues from the CPU seconds at U, so updates that an
+    interrupted process trained past its last checkpoint (trained again after the resume) and
+    the CPU time of runners killed without recording it are counted once, as in one
+    uninterrupted training. ``starts``: :func:`parse_training_log`'s, for older traces."""
+    path: List[tuple] = []
+    for from_update, points in _trace_processes(samples, starts):
+        if from_update is None:  # unknown: continues where the path ends
+            base = path[-1][1] if path else 0.0
+            from_update = path[-1][0] if path else 0
+        elif from_update == 0:
+            base, path = 0.0, []
+        else:
+            base = _first_at_or_past(path, from_update)
+            base = base if base is not None else (path[-1][1] if path else 0.0)
+            path = [p for p in path if p[0] < from_update] + [(from_update, base)]
+        path += [(update, round(base + seconds, 1)) for update, seconds in points if update > from_update]
+    return path
+
+
+def _first_at_or_past(path: Sequence[tuple], update: int) -> Optional[float]:
+    reached = [seconds for u, seconds in path if u >= update]
     return min(reached) if reached else None
 
+
+def cpu_seconds_at(samples: Sequence[dict], update: int, starts: Optional[Sequence[dict]] = None) -> Optional[float]:
+    """The training CPU seconds when ``update`` was reached (:func:`cpu_cost_path`), linear
+    between the samples around it (they are ``CpuTrace.interval`` apart, or further while the
+    runner evaluates another run); the first sample's before it, None past the last sample."""
+    path = cpu_cost_path(samples, starts)
+    after = next((i for i, (u, _) in enumerate(path) if u >= update), None)
+    if after is None:
+        return None
+    (u1, s1), (u0, s0) = path[after], path[after - 1] if after > 0 else path[after]
+    if u1 == u0:
+        return s1
+    return round(s0 + (s1 - s0) * (update - u0) / (u1 - u0), 1)
+
+
+def stopping_epoch(curve: Sequence[dict], patience: int) -> Optional[int]:
+    """The epoch at which ``--patience`` stops a run with this validation history
+    (``[{"epoch", "valid_loss"}]``, in order), by fairseq's rule: ``patience`` validations in
+    a row that do not improve on the best (lower) loss; None if it never does."""
+    if patience <= 0:
+        return None
+    best, without = None, 0
+    for point in curve:
+        if best is None or point["valid_loss"] < best:
+            best, without = point["valid_loss"], 0
+        else:
+            without += 1
+            if without >= patience:
+                return point["epoch"]
+    return None
+
+
+#: how often the runner reads a running training's log for :func:`stopping_epoch`
+CONVERGENCE_CHECK_SECONDS = 30.0
 
 #: the runner's progress lines: ``[experiments] ...``
 log = functools.partial(lab_log, stage="experiments")
@@ -255,27 +345,62 @@ def repeated_updates(starts: Sequence[dict]) -> int:
     return repeated
 
 
-def training_summary(parsed: dict) -> dict:
+def training_summary(parsed: dict, patience: int = 0) -> dict:
     """Best valid loss, when it was reached (update, seconds), the training speed, and how
-    many training processes the run took (``starts``) with the updates they repeated."""
-    epochs = [e for e in parsed["epochs"] if isinstance(e.get("valid_loss"), (int, float))]
-    summary = {"epochs": len(parsed["epochs"]), "curve": [
+    many training processes the run took (``starts``) with the updates they repeated.
+
+    With ``patience``, the run counts up to the epoch at which ``--patience`` stops it
+    (:func:`stopping_epoch`, ``stopped_at_epoch``): a run trained past it (resumed by a fairseq
+    that lost the count) is cut there, its last epoch kept as ``epochs_trained``."""
+    validated = [e for e in parsed["epochs"] if isinstance(e.get("valid_loss"), (int, float))]
+    stop = stopping_epoch(validated, patience)
+    counted = [e for e in parsed["epochs"] if stop is None or e["epoch"] <= stop]
+    epochs = [e for e in validated if stop is None or e["epoch"] <= stop]
+    summary = {"epochs": len(counted), "curve": [
         {"epoch": e["epoch"], "update": e.get("num_updates"), "seconds": e.get("seconds"), "valid_loss": e["valid_loss"]}
         for e in epochs
     ]}
+    if stop is not None:
+        summary["stopped_at_epoch"] = stop
+        if parsed["epochs"][-1]["epoch"] > stop:
+            summary["epochs_trained"] = parsed["epochs"][-1]["epoch"]
     if epochs:
         best = min(epochs, key=lambda e: e["valid_loss"])
         summary.update(best_valid_loss=best["valid_loss"], best_epoch=best["epoch"],
                        best_update=best.get("num_updates"), seconds_to_best=best.get("seconds"))
-        summary["updates"] = parsed["epochs"][-1].get("num_updates")
-        summary["seconds"] = parsed["epochs"][-1].get("seconds")
-    speeds = [e["wps"] for e in parsed["epochs"] if isinstance(e.get("wps"), (int, float))]
+        summary["updates"] = counted[-1].get("num_updates")
+        summary["seconds"] = counted[-1].get("seconds")
+    speeds = [e["wps"] for e in counted if isinstance(e.get("wps"), (int, float))]
     if speeds:
         summary["train_tokens_per_second"] = statistics.median(speeds)
     starts = parsed.get("starts") or []
     summary["starts"] = max(1, len(starts))
     summary["repeated_updates"] = repeated_updates(starts)
     return summary
+
+
+def summarise_training(experiment: Experiment, paths: "RunPaths", record: dict) -> dict:
+    """``record["train"]`` from the training log (:func:`training_summary`). A run trained by
+    more than one process, or cut at its stopping epoch, gets ``cpu_seconds`` from the CPU
+    trace (kept with ``eval.curve``) along the path of its checkpoints (:func:`cpu_cost_path`;
+    None where the trace does not reach); otherwise the table reads the reaped CPU time of its
+    processes (``record["train_cpu_seconds"]``)."""
+    parsed = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))
+    summary = training_summary(parsed, experiment.schedule.patience)
+    trace = read_cpu_trace(paths)
+    if trace and summary.get("updates") is not None and (summary["starts"] > 1 or "epochs_trained" in summary):
+        summary["cpu_seconds"] = cpu_seconds_at(trace, summary["updates"], parsed["starts"])
+    return summary
+
+
+def converged_by_log(experiment: Experiment, paths: "RunPaths") -> Optional[int]:
+    """The epoch at which the run's validation history already meets ``--patience``
+    (:func:`stopping_epoch`), None if it does not (or the file sets no patience)."""
+    if not experiment.schedule.patience or not paths.train_log.is_file():
+        return None
+    parsed = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))
+    validated = [e for e in parsed["epochs"] if isinstance(e.get("valid_loss"), (int, float))]
+    return stopping_epoch(validated, experiment.schedule.patience)
 
 
 # ---------------------------------------------------------------- commands
@@ -575,23 +700,35 @@ class NothingToAverage(RuntimeError):
     """A ``lastN`` evaluation of a run that saved no checkpoint of that kind (a short run)."""
 
 
-def _checkpoint_for(kind: str, paths: RunPaths) -> Path:
+def _checkpoint_for(kind: str, paths: RunPaths, train: Optional[dict] = None) -> Path:
+    """The checkpoint file of ``kind`` (``best``, ``last``, ``lastN``: averaged here once).
+    ``train``: the run's summary; a run trained past the epoch at which ``--patience`` stops it
+    is read as of that epoch: ``best`` its best epoch's checkpoint, ``lastN`` the N epoch
+    checkpoints ending there, ``last`` that epoch's."""
     from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
+    until = (train or {}).get("stopped_at_epoch") if (train or {}).get("epochs_trained") else None
+    if until is not None and kind in ("best", "last"):
+        return paths.checkpoints / f"checkpoint{train['best_epoch'] if kind == 'best' else until}.pt"
     if kind in CHECKPOINT_KINDS:
         return paths.checkpoints / CHECKPOINT_KINDS[kind]
     match = AVERAGE.fullmatch(kind)
     n, by = int(match.group(1)), "update" if match.group(2) else "epoch"
-    target = paths.checkpoints / f"checkpoint.{kind}.pt"
+    if by == "update":
+        until = None  # update checkpoints are not cut
+    target = paths.checkpoints / (f"checkpoint.{kind}.pt" if until is None else f"checkpoint.{kind}.to{until}.pt")
     if not target.is_file():
         pattern = "checkpoint_*_*.pt" if by == "update" else "checkpoint[0-9]*.pt"
-        available = len(list(paths.checkpoints.glob(pattern)))
+        found = [p for p in paths.checkpoints.glob(pattern)
+                 if until is None or int(p.stem[len("checkpoint"):]) <= until]
+        available = len(found)
         if available == 0:
             hint = "--save-interval-updates" if by == "update" else "a longer run (one per epoch)"
             raise NothingToAverage(f"no {by} checkpoints in {paths.checkpoints} to average for '{kind}' ({hint})")
         if available < n:
             log(f"{paths.root}: only {available} {by} checkpoints for '{kind}'; averaging those")
-        save_checkpoint(average_checkpoints(last_n_checkpoints(paths.checkpoints, min(n, available), by=by)), target)
+        save_checkpoint(average_checkpoints(last_n_checkpoints(paths.checkpoints, min(n, available), by=by,
+                                                               upper_bound=until)), target)
     return target
 
 
@@ -601,7 +738,8 @@ def evaluation_key(kind: str, variant: str) -> str:
 
 
 def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool = False,
-                 row: Optional[Row] = None, skipped: Optional[Dict[str, str]] = None) -> dict:
+                 row: Optional[Row] = None, skipped: Optional[Dict[str, str]] = None,
+                 train: Optional[dict] = None) -> dict:
     """Scores and generation speed of every checkpoint kind (and variant) on every subset:
     ``{key: {subset: result}}`` with keys from :func:`evaluation_key`.
 
@@ -613,7 +751,7 @@ def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool =
     results: Dict[str, Dict[str, dict]] = {}
     for kind in ev.checkpoints:
         try:
-            checkpoint = _checkpoint_for(kind, paths)
+            checkpoint = _checkpoint_for(kind, paths, train)
         except NothingToAverage as exc:
             log(f"{paths.root}: '{kind}' not evaluated: {exc}")
             if skipped is not None:
@@ -636,7 +774,7 @@ def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool =
 
 def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: dict, cpu: bool = False) -> List[dict]:
     """BLEU against training CPU time: every ``curve_every``-th epoch checkpoint (and the
-    last epoch's) decoded like the table on ``curve_subsets``. Each point is
+    last counted epoch's: :func:`training_summary`) decoded like the table on ``curve_subsets``. Each point is
     ``{"epoch", "update", "cpu_seconds", "valid_loss", "eval": {subset: result}}``, kept in
     ``record["curve"]`` as it is made (a rerun continues). Then the epoch checkpoints that
     neither the curve nor a ``lastN`` average needs are deleted."""
@@ -644,15 +782,19 @@ def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: d
 
     ev = experiment.evaluation
     epochs = {e["epoch"]: e for e in record.get("train", {}).get("curve", [])}
+    until = record.get("train", {}).get("stopped_at_epoch")
     saved = sorted(int(p.stem[len("checkpoint"):]) for p in paths.checkpoints.glob("checkpoint[0-9]*.pt"))
-    wanted = [e for e in saved if e % ev.curve_every == 0 or e == saved[-1]]
+    counted = [e for e in saved if until is None or e <= until]
+    wanted = [e for e in counted if e % ev.curve_every == 0 or e == counted[-1]]
     trace = read_cpu_trace(paths)
+    starts = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))["starts"] \
+        if paths.train_log.is_file() else None
     points = {p["epoch"]: p for p in record.get("curve", [])}
     for epoch in wanted:
         if epoch in points or epoch not in epochs:
             continue
         update = epochs[epoch]["update"]
-        point = {"epoch": epoch, "update": update, "cpu_seconds": cpu_seconds_at(trace, update),
+        point = {"epoch": epoch, "update": update, "cpu_seconds": cpu_seconds_at(trace, update, starts),
                  "valid_loss": epochs[epoch]["valid_loss"], "eval": {}}
         for subset in ev.curve_subsets:
             report = evaluate(data, checkpoint=paths.checkpoints / f"checkpoint{epoch}.pt", subset=subset,
@@ -662,7 +804,9 @@ def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: d
         points[epoch] = point
         record["curve"] = [points[e] for e in sorted(points)]
         write_record(paths, record)
-    keep = set(wanted) | set(saved[-last_epochs_averaged(experiment):])
+    keep = set(wanted) | set(counted[-last_epochs_averaged(experiment):])
+    if until is not None:  # a cut run's best and last are epoch checkpoints (:func:`_checkpoint_for`)
+        keep |= {record["train"].get("best_epoch"), until}
     for epoch in saved:
         if epoch not in keep:
             (paths.checkpoints / f"checkpoint{epoch}.pt").unlink()
@@ -745,6 +889,49 @@ def run_experiment(
             stopped.append(run.name)
         running.clear()
 
+    converged = set()  # runs stopped here because their log met --patience
+
+    def finish(run: Run, paths: RunPaths, record: dict, started: float) -> None:
+        record["train"] = summarise_training(experiment, paths, record)
+        log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
+            f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
+        skipped: Dict[str, str] = {}
+        try:
+            train = record["train"]
+            best = _checkpoint_for("best", paths, train)
+            record["model"] = model_facts(best)
+            record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row, skipped=skipped, train=train)
+            if experiment.evaluation.curve_every:
+                evaluate_curve(experiment, paths, data, record, cpu=cpu)
+        except Exception as exc:  # one run's evaluation must not stop the others
+            log(f"{run.name}: evaluation FAILED: {type(exc).__name__}: {exc}")
+            record.update(status="failed", error=f"evaluation: {type(exc).__name__}: {exc}")
+            write_record(paths, record)
+            failures.append(run.name)
+            return
+        record.pop("error", None)
+        if skipped:
+            record["eval_skipped"] = skipped
+        record["status"] = "done"
+        write_record(paths, record)
+        if on_run_done is not None:
+            on_run_done(run, record)
+
+    def stop_the_converged(now: float) -> None:
+        """Stop a training whose log meets --patience (a fairseq without the patience_resume
+        patch, resumed, counts again and would train on)."""
+        for run, paths, process, _, _ in running:
+            if run.name in converged or now - watched.get(run.name, 0.0) < CONVERGENCE_CHECK_SECONDS:
+                continue
+            watched[run.name] = now
+            stopped_at = converged_by_log(experiment, paths)
+            if stopped_at is not None and process.poll() is None:
+                log(f"{run.name}: its validation loss stopped improving at epoch {stopped_at} (--patience"
+                    f" {experiment.schedule.patience}); stopping the training")
+                converged.add(run.name)
+                process.terminate()
+
+    watched: Dict[str, float] = {}
     try:
         while pending or running:
             if deadline is not None and time.time() >= deadline:
@@ -763,6 +950,12 @@ def run_experiment(
                 paths = run_paths(output, run)
                 paths.root.mkdir(parents=True, exist_ok=True)
                 record = read_record(paths)
+                stopped_at = converged_by_log(experiment, paths)
+                if stopped_at is not None:
+                    log(f"{run.name}: its validation loss stopped improving at epoch {stopped_at} (--patience"
+                        f" {experiment.schedule.patience}); not trained further")
+                    finish(run, paths, record, time.time())
+                    continue
                 model_options = None
                 if run.row.uptrain_from:
                     model_options = record.get("uptrain", {}).get("model_options")
@@ -786,13 +979,15 @@ def run_experiment(
                 write_record(paths, record)
                 log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
                 handle = open(paths.train_log, "a", encoding="utf-8")
+                log_offset = handle.tell()
                 process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
                 running.append((run, paths, process, handle, time.time()))
                 if experiment.evaluation.curve_every:
-                    traces[run.name] = CpuTrace(paths, process.pid, record.get("train_cpu_seconds", 0.0))
+                    traces[run.name] = CpuTrace(paths, process.pid, log_offset)
             time.sleep(0.5)
             for trace in traces.values():
                 trace.poll(time.time())
+            stop_the_converged(time.time())
             if progress_interval and time.time() - last_progress >= progress_interval:
                 last_progress = time.time()
                 for run, paths, _, _, started in running:
@@ -806,38 +1001,17 @@ def run_experiment(
                     continue
                 handle.close()
                 traces.pop(run.name, None)
-                text = paths.train_log.read_text(encoding="utf-8", errors="replace")
                 record = read_record(paths)
                 add_cpu_seconds(record, cpu_seconds)
-                if process.returncode != 0:
+                if process.returncode != 0 and run.name not in converged:
+                    text = paths.train_log.read_text(encoding="utf-8", errors="replace")
                     tail = "\n".join(text.splitlines()[-15:])
                     log(f"{run.name}: training FAILED (exit {process.returncode}); last lines of {paths.train_log}:\n{tail}")
                     record.update(status="failed", returncode=process.returncode)
                     write_record(paths, record)
                     failures.append(run.name)
                     continue
-                record["train"] = training_summary(parse_training_log(text))
-                log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
-                    f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
-                skipped: Dict[str, str] = {}
-                try:
-                    record["model"] = model_facts(paths.checkpoints / "checkpoint_best.pt")
-                    record["eval"] = evaluate_run(experiment, paths, data, cpu=cpu, row=run.row, skipped=skipped)
-                    if experiment.evaluation.curve_every:
-                        evaluate_curve(experiment, paths, data, record, cpu=cpu)
-                except Exception as exc:  # one run's evaluation must not stop the others
-                    log(f"{run.name}: evaluation FAILED: {type(exc).__name__}: {exc}")
-                    record.update(status="failed", error=f"evaluation: {type(exc).__name__}: {exc}")
-                    write_record(paths, record)
-                    failures.append(run.name)
-                    continue
-                record.pop("error", None)
-                if skipped:
-                    record["eval_skipped"] = skipped
-                record["status"] = "done"
-                write_record(paths, record)
-                if on_run_done is not None:
-                    on_run_done(run, record)
+                finish(run, paths, record, started)
             running = still
     except KeyboardInterrupt:
         stop_trainings()

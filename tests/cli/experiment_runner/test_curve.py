@@ -51,11 +51,11 @@ def test_a_run_with_a_curve_is_another_configuration():
     assert "curve" not in runner.run_config(experiment(), run)["eval"]  # older results stay valid
 
 
-def test_cpu_seconds_at_an_update_is_the_first_sample_that_reached_it():
+def test_cpu_seconds_at_an_update_are_read_between_the_samples_around_it():
     samples = [{"update": 50, "cpu_seconds": 60.0}, {"update": 90, "cpu_seconds": 90.5},
                {"update": 140, "cpu_seconds": 121.0}]
     assert runner.cpu_seconds_at(samples, 90) == 90.5
-    assert runner.cpu_seconds_at(samples, 91) == 121.0
+    assert runner.cpu_seconds_at(samples, 115) == pytest.approx(105.75, abs=0.05)
     assert runner.cpu_seconds_at(samples, 10) == 60.0
     assert runner.cpu_seconds_at(samples, 141) is None
 
@@ -63,26 +63,60 @@ def test_cpu_seconds_at_an_update_is_the_first_sample_that_reached_it():
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads Linux's /proc")
 def test_the_trace_samples_a_process_s_cpu_time_against_its_logged_update(tmp_path):
     paths = runner.RunPaths(tmp_path)
+    earlier = 'x | INFO | train_inner | {"epoch": 3, "num_updates": "500", "loss": "3"}\n'  # another process's
+    paths.train_log.write_text(earlier)
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                              "while time.process_time() - t < 0.6: pass\nprint('busy', flush=True)\ntime.sleep(60)"],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert busy.stdout.readline().strip() == "busy"  # it has used at least 0.6 s of CPU
-        trace = runner.CpuTrace(paths, busy.pid, offset=100.0, interval=0.0)
-        trace.poll(time.time())  # no log yet: nothing to pair the CPU time with
+        trace = runner.CpuTrace(paths, busy.pid, log_offset=len(earlier), interval=0.0)
+        trace.poll(time.time())  # nothing logged by this process yet: nothing to pair the CPU time with
         assert not paths.cpu_trace.exists()
-        paths.train_log.write_text('x | INFO | train_inner | {"epoch": 1, "num_updates": "50", "loss": "3"}\n'
-                                   'x | INFO | valid | {"epoch": 1, "valid_loss": "2", "valid_num_updates": "7')
+        with open(paths.train_log, "a") as log:
+            log.write("x | INFO | fairseq.trainer | Loaded checkpoint c/checkpoint_last.pt (epoch 2 @ 40 updates)\n"
+                      'x | INFO | train_inner | {"epoch": 2, "num_updates": "50", "loss": "3"}\n'
+                      'x | INFO | valid | {"epoch": 2, "valid_loss": "2", "valid_num_updates": "7')
         trace.poll(time.time())
         with open(paths.train_log, "a") as log:  # the cut line ends; a later record follows
-            log.write('0"}\nx | INFO | train | {"epoch": 1, "train_num_updates": "80"}\n')
+            log.write('0"}\nx | INFO | train | {"epoch": 2, "train_num_updates": "80"}\n')
         trace.poll(time.time())
     finally:
         busy.kill()
         busy.wait()
     samples = runner.read_cpu_trace(paths)
-    assert [s["update"] for s in samples] == [50, 80]
-    assert 100.5 <= samples[0]["cpu_seconds"] <= samples[1]["cpu_seconds"] < 130
+    assert [(s["pid"], s["from_update"], s["update"]) for s in samples] == [(busy.pid, 40, 50), (busy.pid, 40, 80)]
+    assert 0.5 <= samples[0]["process_cpu_seconds"] <= samples[1]["process_cpu_seconds"] < 30
+
+
+def sample(pid, from_update, update, seconds):
+    return {"pid": pid, "from_update": from_update, "update": update, "process_cpu_seconds": seconds}
+
+
+def test_a_resumed_run_s_cpu_time_follows_its_checkpoints():
+    """Process 1 trains to update 300 and is killed (its last checkpoint at 250, its CPU time
+    never recorded); process 2 resumes from 250. Updates 250-300 count once, as in one training."""
+    samples = [sample(11, 0, 100, 100.0), sample(11, 0, 200, 200.0), sample(11, 0, 250, 250.0),
+               sample(11, 0, 300, 300.0),
+               sample(12, 250, 300, 70.0), sample(12, 250, 400, 170.0)]
+    assert runner.cpu_cost_path(samples) == [(100, 100.0), (200, 200.0), (250, 250.0), (300, 320.0), (400, 420.0)]
+    assert runner.cpu_seconds_at(samples, 200) == 200.0 and runner.cpu_seconds_at(samples, 400) == 420.0
+    assert runner.cpu_seconds_at(samples, 401) is None
+    # a process that starts again from scratch replaces everything before it
+    assert runner.cpu_cost_path(samples + [sample(13, 0, 100, 90.0)]) == [(100, 90.0)]
+
+
+def test_an_older_trace_is_split_where_the_cpu_time_falls_and_placed_by_the_log_s_starts():
+    legacy = [{"update": 100, "cpu_seconds": 100.0}, {"update": 300, "cpu_seconds": 300.0},
+              # a process killed before it logged: its predecessor's update
+              {"update": 300, "cpu_seconds": 0.5}, {"update": 300, "cpu_seconds": 27.0},
+              {"update": 300, "cpu_seconds": 0.5}, {"update": 260, "cpu_seconds": 20.0},
+              {"update": 400, "cpu_seconds": 170.0}]
+    starts = [{"from_update": 0}, {"from_update": 250}, {"from_update": 250}]
+    path = runner.cpu_cost_path(legacy, starts)
+    assert path == [(100, 100.0), (250, 300.0), (260, 320.0), (400, 470.0)]
+    # without the log's starts the processes cannot be placed: each continues where the path ends
+    assert runner.cpu_cost_path(legacy) == [(100, 100.0), (300, 300.0), (400, 470.0)]
 
 
 def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ def quick_runner(monkeypatch, tmp_path):
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         return [sys.executable, "-c", "pass"]
 
-    def evaluate_run(experiment, paths, data, cpu=False, row=None, skipped=None):
+    def evaluate_run(experiment, paths, data, cpu=False, row=None, skipped=None, train=None):
         if row.id == "a":
             raise RuntimeError("fairseq-generate failed (exit 1)")
         try:

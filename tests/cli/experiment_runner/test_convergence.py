@@ -1,0 +1,118 @@
+"""Convergence by --patience read from the validation history: the epoch a run stops at,
+a run trained past it (resumed by a fairseq that lost the count) counted and evaluated as of
+that epoch, and the runner training no further a run whose log already meets it."""
+
+import json
+import sys
+
+import pytest
+
+from fairseq_sret_cli.experiment_runner import parse_experiment, runner, training_summary
+
+VALID = [4.0, 3.0, 2.5, 2.6, 2.5, 2.45, 2.4, 2.8, 2.9, 3.0, 2.95, 3.1]  # best 2.4 at epoch 7
+
+
+def log_text(losses, updates_per_epoch=10, restart_after=None):
+    """A fairseq JSON log with one validation per epoch; ``restart_after``: a second process
+    resumes from that epoch's checkpoint."""
+    lines = ["x | INFO | fairseq.trainer | No existing checkpoint found c/checkpoint_last.pt"]
+    for epoch, loss in enumerate(losses, start=1):
+        update = epoch * updates_per_epoch
+        lines.append(f'x | INFO | valid | {{"epoch": {epoch}, "valid_loss": "{loss}", "valid_num_updates": "{update}"}}')
+        lines.append(f'x | INFO | train | {{"epoch": {epoch}, "train_wps": "1000", "train_num_updates": "{update}",'
+                     f' "train_wall": "{epoch * 10}"}}')
+        if epoch == restart_after:
+            lines.append("x | INFO | fairseq.trainer | Loaded checkpoint c/checkpoint_last.pt"
+                         f" (epoch {epoch} @ {update} updates)")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_stopping_epoch_follows_fairseq_s_rule():
+    curve = [{"epoch": e, "valid_loss": v} for e, v in enumerate(VALID, start=1)]
+    assert runner.stopping_epoch(curve, 3) == 10  # 2.4 at 7, then 3 without improvement
+    assert runner.stopping_epoch(curve, 2) == 5  # 2.5 at 3; 2.6 and an equal 2.5 do not improve
+    assert runner.stopping_epoch(curve, 6) is None and runner.stopping_epoch(curve, 0) is None
+
+
+def test_a_run_trained_past_its_stopping_epoch_counts_to_it():
+    summary = training_summary(runner.parse_training_log(log_text(VALID)), patience=3)
+    assert (summary["stopped_at_epoch"], summary["epochs_trained"], summary["epochs"]) == (10, 12, 10)
+    assert (summary["best_epoch"], summary["updates"], summary["seconds"]) == (7, 100, 100)
+    assert [p["epoch"] for p in summary["curve"]] == list(range(1, 11))
+    stopped = training_summary(runner.parse_training_log(log_text(VALID[:10])), patience=3)
+    assert stopped["stopped_at_epoch"] == 10 and "epochs_trained" not in stopped
+    assert "stopped_at_epoch" not in training_summary(runner.parse_training_log(log_text(VALID)))
+
+
+def test_a_cut_run_is_evaluated_as_of_its_stopping_epoch(tmp_path, monkeypatch):
+    paths = runner.RunPaths(tmp_path)
+    paths.checkpoints.mkdir()
+    for epoch in range(1, 13):
+        (paths.checkpoints / f"checkpoint{epoch}.pt").write_text(str(epoch))
+    averaged = []
+    monkeypatch.setattr("fairseq_sret.nmt_checkpoints.average_checkpoints", lambda files: [p.name for p in files])
+    monkeypatch.setattr("fairseq_sret.nmt_checkpoints.save_checkpoint",
+                        lambda names, target: (averaged.append(names), target.write_text("avg")))
+    train = {"best_epoch": 7, "stopped_at_epoch": 10, "epochs_trained": 12}
+    assert runner._checkpoint_for("best", paths, train).name == "checkpoint7.pt"
+    assert runner._checkpoint_for("last", paths, train).name == "checkpoint10.pt"
+    assert runner._checkpoint_for("last3", paths, train).name == "checkpoint.last3.to10.pt"
+    assert averaged == [["checkpoint10.pt", "checkpoint9.pt", "checkpoint8.pt"]]
+    assert runner._checkpoint_for("last3", paths).name == "checkpoint.last3.pt"
+    assert averaged[-1] == ["checkpoint12.pt", "checkpoint11.pt", "checkpoint10.pt"]
+    assert runner._checkpoint_for("best", paths, {"best_epoch": 7, "stopped_at_epoch": 10}).name == \
+        "checkpoint_best.pt"  # stopped by fairseq itself: its own best
+
+
+@pytest.fixture
+def converging(monkeypatch, tmp_path):
+    """The runner with a stand-in training: it writes the log it is given, then waits."""
+    calls = {"evaluated": []}
+
+    def train_command(experiment, run, data, paths, **_):
+        paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        text = log_text(VALID)
+        return [sys.executable, "-c", f"import sys, time\nsys.stdout.write({text!r})\nsys.stdout.flush()\n"
+                                      "time.sleep(120)"]
+
+    def evaluate_run(experiment, paths, data, cpu=False, row=None, skipped=None, train=None):
+        calls["evaluated"].append(runner._checkpoint_for("best", paths, train).name)
+        return {"best": {"test": {"scores": []}}}
+
+    monkeypatch.setattr(runner, "train_command", train_command)
+    monkeypatch.setattr(runner, "evaluate_run", evaluate_run)
+    monkeypatch.setattr(runner, "model_facts", lambda checkpoint: {"params": 1})
+    monkeypatch.setattr(runner, "CONVERGENCE_CHECK_SECONDS", 0.0)
+    return calls
+
+
+EXPERIMENT = {"name": "x", "train": {"max_epoch": 60, "patience": 3}, "eval": {"checkpoints": ["best"]},
+              "rows": [{"id": "a", "arch": "t"}]}
+
+
+def test_a_training_whose_log_meets_patience_is_stopped_and_counted_to_it(converging, tmp_path):
+    experiment = parse_experiment(EXPERIMENT)
+    records = runner.run_experiment(experiment, "data", tmp_path / "runs", progress_interval=0)
+    assert converging["evaluated"] == ["checkpoint7.pt"]
+    assert records[0]["status"] == "done"
+    assert (records[0]["train"]["stopped_at_epoch"], records[0]["train"]["epochs_trained"]) == (10, 12)
+
+
+def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging, tmp_path):
+    experiment = parse_experiment(EXPERIMENT)
+    run = experiment.runs()[0]
+    paths = runner.run_paths(tmp_path / "runs", run)
+    paths.checkpoints.mkdir(parents=True)
+    settings = runner.run_settings(experiment, run, "data", tmp_path / "runs", False, None, None, None)
+    runner.write_record(paths, {"status": "training", "train_settings": settings})
+    before = log_text(VALID, restart_after=5)
+    paths.train_log.write_text(before)
+    samples = [{"pid": 1, "from_update": 0, "update": 60, "process_cpu_seconds": 60.0},
+               {"pid": 2, "from_update": 50, "update": 100, "process_cpu_seconds": 45.0},
+               {"pid": 2, "from_update": 50, "update": 120, "process_cpu_seconds": 65.0}]
+    paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    records = runner.run_experiment(experiment, "data", tmp_path / "runs", progress_interval=0)
+    assert paths.train_log.read_text() == before and converging["evaluated"] == ["checkpoint7.pt"]
+    train = records[0]["train"]
+    assert (train["stopped_at_epoch"], train["updates"], train["starts"]) == (10, 100, 2)
+    assert train["cpu_seconds"] == 60.0 + 45.0  # epoch 5's 50 updates from the first process, then the second's
