@@ -1,7 +1,10 @@
-"""Depth on demand: decoding speed and BLEU of translation checkpoints at every depth.
+"""Depth on demand: decoding speed and BLEU of translation checkpoints at every depth, and
+the speed/quality frontier they draw beside fairseq's transformer.
 
     python -m benchmarks.bench_depth --data data-bin/multi30k --checkpoints ckpt/plain.pt ckpt/mixed.pt
     python -m benchmarks.bench_depth --data data-bin/toy --checkpoints ckpt.pt --depths 1,2,1/2 --rounds 3
+    python -m benchmarks.bench_depth --data data-bin/multi30k --checkpoints sret.pt transformer.pt \
+        --names "SReT tiny" "transformer 3+3" --figure frontier.png --json frontier.json
     python -m benchmarks.bench_depth --smoke      # trains a tiny model on the toy corpus (seconds)
 
 Every checkpoint is loaded once per depth the way users run it, through fairseq's
@@ -9,7 +12,10 @@ Every checkpoint is loaded once per depth the way users run it, through fairseq'
 "{'encoder_recursions': E, 'decoder_recursions': D}"``: the model is built with the trained
 recursions and runs the first E (D) applications of every encoder (decoder) layer. Depths
 default to 1 .. the trained count (a side with fewer recursions stays at its full depth);
-``--depths 1,2,1/2`` lists them (ENC/DEC for different depths).
+``--depths 1,2,1/2`` lists them (ENC/DEC for different depths). A checkpoint of another
+model (fairseq's ``transformer``) is decoded as trained, so that SReT at every depth and the
+baselines are measured in one process, on one clock: ``--figure`` draws them as sentences/s
+against BLEU (the speed/quality frontier), ``--json`` keeps the rows.
 
 Decoding: the whole ``--subset`` with beam ``--beam`` (fairseq's sequence generator via
 ``task.inference_step``, as fairseq-generate), batches built once, the depths timed
@@ -21,6 +27,7 @@ otherwise against the data-bin's own target sentences.
 """
 
 import argparse
+import json
 import logging
 import os
 import subprocess
@@ -62,7 +69,13 @@ def parse_depths(value: Optional[str]) -> Optional[List[Depth]]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", help="fairseq data-bin (of sret-prepare, or any translation data-bin)")
-    p.add_argument("--checkpoints", nargs="+", help="sret_transformer checkpoints")
+    p.add_argument("--checkpoints", nargs="+", help="translation checkpoints (sret_transformer at every depth,"
+                   " any other fairseq model as trained)")
+    p.add_argument("--names", nargs="+", help="a name per checkpoint for the table and the figure"
+                   " (default: its folder and file name)")
+    p.add_argument("--figure", help="draw sentences/s against BLEU to this PNG")
+    p.add_argument("--json", help="write the rows to this JSON file")
+    p.add_argument("--force", action="store_true", help="replace a --figure/--json file this script did not make")
     p.add_argument("--subset", default="test")
     p.add_argument("--depths", default=None, help="comma-separated DEPTH or ENC/DEC (default: 1 .. trained)")
     p.add_argument("--beam", type=int, default=5)
@@ -80,6 +93,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not args.smoke and (not args.data or not args.checkpoints):
         p.error("--data and --checkpoints are required (or --smoke)")
+    if args.names and not args.smoke and len(args.names) != len(args.checkpoints or []):
+        p.error(f"--names: {len(args.names)} names for {len(args.checkpoints or [])} checkpoints")
     args.depth_list = parse_depths(args.depths)
     return args
 
@@ -153,13 +168,13 @@ def bleu(task, data, subset, hyps) -> Tuple[float, str]:
 
 # --------------------------------------------------------------------------- smoke set-up
 def smoke_setup(folder: Path) -> Tuple[Path, List[Path]]:
-    """A toy data-bin and a tiny sret_transformer trained with --mixed-depth 1:0.5 for a few
-    updates (fairseq's command-line tools, as a user would)."""
+    """A toy data-bin, a tiny sret_transformer trained with --mixed-depth 1:0.5 and a tiny
+    fairseq transformer, a few updates each (fairseq's command-line tools, as a user would)."""
     from fairseq_sret_cli.toy import write_reversal_corpus
 
     raw = folder / "raw"
     write_reversal_corpus(raw, (("train", 200), ("valid", 20), ("test", 20)), seed=0, vocab_size=16, lengths=(2, 8))
-    bin_dir, save = folder / "bin", folder / "ckpt"
+    bin_dir, save, baseline = folder / "bin", folder / "ckpt", folder / "transformer"
     tools = Path(sys.executable).parent
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     user_dir = str(Path(__file__).resolve().parents[1] / "fairseq_sret")
@@ -174,21 +189,31 @@ def smoke_setup(folder: Path) -> Tuple[Path, List[Path]]:
          "--criterion", "sret_mixed_depth_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
          "--mixed-depth", "1:0.5", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
          "--no-progress-bar", "--log-format", "simple"),
+        ("fairseq-train", bin_dir, "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+         "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+         "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+         "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "400", "--cpu",
+         "--num-workers", "0", "--seed", "1", "--max-update", "5", "--save-dir", baseline, "--no-epoch-checkpoints",
+         "--disable-validation", "--no-progress-bar", "--log-format", "simple"),
     ):
         result = subprocess.run([str(tools / tool), *map(str, argv)], env=env, capture_output=True, text=True)
         if result.returncode != 0:
             raise SystemExit(f"{tool} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    return bin_dir, [save / "checkpoint_last.pt"]
+    return bin_dir, [save / "checkpoint_last.pt", baseline / "checkpoint_last.pt"]
 
 
 # --------------------------------------------------------------------------- main
-def bench_checkpoint(checkpoint, args, device, clock) -> List[list]:
+def bench_checkpoint(checkpoint, args, device, clock, name: Optional[str] = None) -> List[dict]:
+    """One row per depth: ``{"checkpoint", "depth", "trained", "sentences", "tokens_per_hypothesis",
+    "sentences_per_second", "vs_full_depth", "bleu"}``; a model without recursions: one row, as trained."""
     full, task, _ = load(checkpoint, args.data, None, device)
-    trained = full.recursions
-    if args.depth_list is None:
+    trained = getattr(full, "recursions", None)
+    if trained is None:
+        depths = [None]
+    elif args.depth_list is None:
         depths = [(min(d, trained[0]), min(d, trained[1])) for d in range(1, max(trained) + 1)]
     else:
-        depths = args.depth_list
+        depths = list(args.depth_list)
     if trained not in depths:
         depths.append(trained)  # the reference of the speed ratio
     models = {d: full if d == trained else load(checkpoint, args.data, d, device)[0] for d in depths}
@@ -211,16 +236,57 @@ def bench_checkpoint(checkpoint, args, device, clock) -> List[list]:
                 torch.cuda.synchronize(device)
             seconds[d].append(now() - start)
     rows = []
-    label = "/".join(Path(checkpoint).parts[-2:])  # folder/checkpoint_last.pt
+    label = name or "/".join(Path(checkpoint).parts[-2:])  # folder/checkpoint_last.pt
     reference = n / median(seconds[trained])
     for d in depths:
         speed = n / median(seconds[d])
         score, scored_against = bleu(task, args.data, args.subset, hypotheses(task, outputs[d], n))
         length = sum(len(h[0]["tokens"]) for _, hypos in outputs[d] for h in hypos) / n
-        rows.append([label, f"{d[0]}/{d[1]}", f"{trained[0]}/{trained[1]}", n, f"{length:.1f}",
-                     f"{speed:.1f}", f"{speed / reference:.2f}x", f"{score:.2f}"])
+        rows.append({"checkpoint": label, "depth": None if d is None else list(d),
+                     "trained": None if trained is None else list(trained), "sentences": n,
+                     "tokens_per_hypothesis": round(length, 2), "sentences_per_second": round(speed, 2),
+                     "vs_full_depth": round(speed / reference, 3), "bleu": round(score, 2)})
     print(f"BLEU of {checkpoint}: {scored_against}", flush=True)
     return rows
+
+
+def _depth(value) -> str:
+    return "as trained" if value is None else f"{value[0]}/{value[1]}"
+
+
+def table_row(row: dict) -> list:
+    return [row["checkpoint"], _depth(row["depth"]), "–" if row["trained"] is None else _depth(row["trained"]),
+            row["sentences"], f"{row['tokens_per_hypothesis']:.1f}", f"{row['sentences_per_second']:.1f}",
+            f"{row['vs_full_depth']:.2f}x", f"{row['bleu']:.2f}"]
+
+
+def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
+    """Sentences/s against BLEU, a point per checkpoint and depth, labelled."""
+    for name in ("matplotlib", "PIL"):  # fairseq's import leaves the root logger at DEBUG
+        logging.getLogger(name).setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axis = plt.subplots(figsize=(8, 5.2))
+    for row in rows:
+        sret = row["trained"] is not None
+        axis.scatter(row["sentences_per_second"], row["bleu"], marker="o" if sret else "s",
+                     color="tab:red" if sret else "tab:blue", zorder=3)
+        label = row["checkpoint"] + ("" if not sret or row["depth"] == row["trained"]
+                                     else f" @ depth {_depth(row['depth'])}")
+        axis.annotate(label, (row["sentences_per_second"], row["bleu"]), textcoords="offset points",
+                      xytext=(5, 4), fontsize=8)
+    axis.set_xlabel("sentences/s (beam search, higher is faster)")
+    axis.set_ylabel("BLEU")
+    axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.margins(x=0.3, y=0.1)  # room for the labels
+    fig.text(0.01, 0.01, caption, fontsize=6)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=120, format="png")
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -234,20 +300,35 @@ def main(argv=None) -> int:
     clock = args.clock or default_clock(device)
     print(command_line())
     print(hardware_line(device), flush=True)
+    from fairseq_sret_cli.outputs import Outputs, OutputInTheWay
+
+    outputs = Outputs("bench_depth", force=args.force, inputs=[*(args.checkpoints or []), args.data])
+    try:
+        outputs.check([path for path in (args.figure, args.json) if path])  # before the long part
+    except OutputInTheWay as exc:
+        print(f"bench_depth: {exc}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         if args.smoke:
             args.data, args.checkpoints = smoke_setup(Path(tmp))
             args.rounds, args.warmup = 1, 0
+        names = args.names if args.names and len(args.names) == len(args.checkpoints) else [None] * len(args.checkpoints)
         rows = []
-        for checkpoint in args.checkpoints:
-            rows += bench_checkpoint(checkpoint, args, device, clock)
-    print_table(
-        f"decoding at every depth: beam {args.beam}, subset '{args.subset}', {clock_note(clock)},"
-        f" median of {args.rounds} round(s)",
-        ["checkpoint", "depth enc/dec", "trained enc/dec", "sentences", "tokens/hypothesis", "sentences/s",
-         "vs full depth", "BLEU"],
-        rows,
-    )
+        for checkpoint, name in zip(args.checkpoints, names):
+            rows += bench_checkpoint(checkpoint, args, device, clock, name)
+    title = (f"decoding at every depth: beam {args.beam}, subset '{args.subset}', {clock_note(clock)},"
+             f" median of {args.rounds} round(s)")
+    print_table(title, ["checkpoint", "depth enc/dec", "trained enc/dec", "sentences", "tokens/hypothesis",
+                        "sentences/s", "vs full depth", "BLEU"], [table_row(r) for r in rows])
+    if args.json:
+        outputs.write_text(args.json, json.dumps({"command": command_line(), "hardware": hardware_line(device),
+                                                  "title": title, "rows": rows}, indent=2) + "\n")
+    if args.figure:
+        with outputs.writing(args.figure) as tmp:
+            draw_frontier(rows, tmp, f"Translation speed against BLEU (beam {args.beam}, subset '{args.subset}')",
+                          f"{command_line()}\n{hardware_line(device)}\n{clock_note(clock)},"
+                          f" median of {args.rounds} round(s)")
+        print(f"figure: {args.figure}")
     return 0
 
 

@@ -4,6 +4,7 @@ Harness correctness only: exit status 0 and the expected table rows; no timing a
 """
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -93,8 +94,9 @@ def test_bench_nmt_smoke():
 
 
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
-def test_bench_depth_smoke():
-    out = run_script("bench_depth")
+def test_bench_depth_smoke(tmp_path):
+    figure, table_file = tmp_path / "frontier.png", tmp_path / "frontier.json"
+    out = run_script("bench_depth", "--figure", str(figure), "--json", str(table_file))
     assert "### decoding at every depth: beam 5" in out
     table = rows(out, "ckpt/checkpoint_last.pt")
     assert [r.split("|")[2].strip() for r in table] == ["1/1", "2/2"], out
@@ -102,6 +104,20 @@ def test_bench_depth_smoke():
     assert all(len(r.split("|")) == 10 for r in table)
     assert re.search(r"\| \d+\.\d\dx \|", table[0]), out  # depth 1 against the full depth
     assert all(re.search(r"\| \d+\.\d\d \|$", r) for r in table)  # a BLEU per depth
+    baseline = rows(out, "transformer/checkpoint_last.pt")  # fairseq's transformer: as trained
+    assert len(baseline) == 1 and "| as trained | – | 20 |" in baseline[0], out
+    saved = json.loads(table_file.read_text())
+    assert [(r["checkpoint"], r["depth"]) for r in saved["rows"]] == [
+        ("ckpt/checkpoint_last.pt", [1, 1]), ("ckpt/checkpoint_last.pt", [2, 2]),
+        ("transformer/checkpoint_last.pt", None)]
+    assert saved["hardware"].startswith("hardware: device: ") and "--figure" in saved["command"]
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    foreign = tmp_path / "mine.json"
+    foreign.write_text("a user's file")
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.bench_depth", "--smoke", "--json", str(foreign)],
+                             cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "not made by bench_depth" in refused.stderr
+    assert foreign.read_text() == "a user's file"
 
 
 def test_gpu_bench_script_dry_run(tmp_path):
