@@ -351,13 +351,13 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     (mean +- std per row); and, when a row is decoded at several depths, the depth curve
     (BLEU and sentences/s per decoded variant). Each names the machine and the command,
     under the axes and in the PNG's ``Description``."""
+    for name in ("matplotlib", "PIL"):  # fairseq's import leaves the root logger at DEBUG; before the import
+        logging.getLogger(name).setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    for name in ("matplotlib", "PIL"):  # fairseq's import leaves the root logger at DEBUG
-        logging.getLogger(name).setLevel(logging.WARNING)
     palette, marks = plt.cm.tab20.colors, "osD^vP*Xhp<>"
     styles = {row["id"]: (palette[i % len(palette)], marks[i % len(marks)]) for i, row in enumerate(rows)}
     caption = figure_caption(env or {}, command)
