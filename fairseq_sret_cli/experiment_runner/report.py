@@ -327,7 +327,8 @@ def restarted_runs(records: List[dict]) -> List[str]:
              "|---|---|---|---|"]
     for r in sorted(restarted, key=lambda r: (r["row"], r["seed"])):
         train = r["train"]
-        lines.append(f"| {r['row']}/seed{r['seed']} | {train['starts']} | {r.get('train_processes', '–')} | "
+        counted = "all (CPU trace)" if train.get("cpu_seconds") is not None else r.get("train_processes", "–")
+        lines.append(f"| {r['row']}/seed{r['seed']} | {train['starts']} | {counted} | "
                      f"{train.get('repeated_updates', 0)} |")
     return lines
 
@@ -457,7 +458,8 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         axis.set_ylabel(f"BLEU {_subset_names(records).get(curve_subset, curve_subset)}")
         save(fig, "learning curve", "bleu_cpu_curve", legend_axis=axis)
 
-    depth_rows = [(row, done) for row in rows if len(done := decoded(row)) > 1]
+    depth_rows = [(row, done) for row in rows if len(done := decoded(row)) > 1] \
+        if len(experiment.evaluation.variants) > 1 else []  # best and last5 alone are no depth curve
     if depth_rows:
         fig, (by_bleu, by_speed) = new_figure("the depth curve (each decoded depth of one trained model)",
                                               width=13.0, panels=2)

@@ -78,6 +78,8 @@ def test_the_report_lists_the_runs_that_took_several_processes():
     lines = restarted_runs(runs)
     assert [line for line in lines if line.startswith("| a/")] == ["| a/seed1 | 2 | 2 | 88 |"]
     assert restarted_runs(runs[1:]) == []
+    traced = dict(runs[0], train=dict(runs[0]["train"], cpu_seconds=900.0), train_processes=None)
+    assert "| a/seed1 | 2 | all (CPU trace) | 88 |" in restarted_runs([traced])
 
 
 def minimal(**changes):
@@ -158,6 +160,14 @@ def test_figures_name_the_machine_and_the_command_and_draw_the_depth_curve(tmp_p
     (tmp_path / "one").mkdir()
     paths = plot(experiment, aggregate(experiment, records), records, tmp_path / "one", env, "cmd")
     assert "depth curve" not in paths and not (tmp_path / "one" / "x_depth.png").exists()
+
+    # two checkpoint kinds (best, last) of one depth: no depth curve either
+    records = [_row_record("transformer", 1, {"best": 34.0, "last": 35.0}, 1500.0)]
+    experiment = parse_experiment(minimal(rows=[{"id": "transformer", "arch": "transformer"}],
+                                          eval={"checkpoints": ["best", "last"], "subsets": ["test"]}), "exp.yaml")
+    (tmp_path / "two").mkdir()
+    paths = plot(experiment, aggregate(experiment, records), records, tmp_path / "two", env, "cmd")
+    assert "depth curve" not in paths and not (tmp_path / "two" / "x_depth.png").exists()
 
 
 @pytest.fixture(scope="module")
