@@ -37,7 +37,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=at_least(0.0, float), default=None, metavar="MINUTES",
                    help="start no run after this many minutes and stop the trainings still going (they resume"
                         " from their last checkpoint in the same --output folder)")
-    p.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train nothing")
+    p.add_argument("--report-only", action="store_true",
+                   help="write the results of the finished runs, their training read again from the logs and CPU"
+                        " traces in their folders; train nothing")
     p.add_argument("--dry-run", action="store_true", help="print the training commands and exit")
     p.add_argument("--note", default="", help="a note on the machine recorded with the results (e.g. 'H100, 4 jobs')")
     p.add_argument("--force", action="store_true",
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
 
     from .experiment_runner import ExperimentError, load_experiment, run_experiment, train_command, write_results
     from .experiment_runner.report import check_results_files
-    from .experiment_runner.runner import check_data, collect_records, run_paths
+    from .experiment_runner.runner import check_data, collect_records, refresh_training, run_paths
     from .outputs import exclusive
 
     started = time.time()
@@ -128,6 +130,8 @@ def main(argv=None) -> int:
                 raise
             written = report()
     else:
+        for name in refresh_training(experiment, output):
+            print(f"[experiments] {name}: its training read again from its log and CPU trace", file=sys.stderr)
         written = report()
     for path in written.values():
         print(path)

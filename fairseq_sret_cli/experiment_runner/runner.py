@@ -136,7 +136,8 @@ def _trace_processes(samples: Sequence[dict], starts: Optional[Sequence[dict]] =
 
     Older traces (``{"update", "cpu_seconds"}`` lines) do not name the process: a new one is
     where the CPU seconds fall, its ``from_update`` is taken from the training log's process
-    starts when their numbers agree (else unknown: None), and a process's first samples that
+    starts (the first ones: the named processes came later) when their numbers agree (else
+    unknown: None), and a process's first samples that
     still carry the update its predecessor logged last (an update later than one it logs
     afterwards) are dropped."""
     processes, legacy = [], []
@@ -150,7 +151,8 @@ def _trace_processes(samples: Sequence[dict], starts: Optional[Sequence[dict]] =
             if not legacy or sample["cpu_seconds"] < legacy[-1][-1][1]:
                 legacy.append([])
             legacy[-1].append((sample["update"], sample["cpu_seconds"]))
-    starts = list(starts or [])
+    # older lines come first: the log's first starts are theirs, its last ones the named processes'
+    starts = list(starts or [])[:max(0, len(starts or []) - len(processes))]
     result = []
     for i, points in enumerate(legacy):
         kept = [p for j, p in enumerate(points) if all(p[0] <= q[0] for q in points[j + 1:])]
@@ -172,23 +174,16 @@ def cpu_cost_path(samples: Sequence[dict], starts: Optional[Sequence[dict]] = No
         elif from_update == 0:
             base, path = 0.0, []
         else:
-            base = _first_at_or_past(path, from_update)
+            base = _interpolated(path, from_update)
             base = base if base is not None else (path[-1][1] if path else 0.0)
             path = [p for p in path if p[0] < from_update] + [(from_update, base)]
         path += [(update, round(base + seconds, 1)) for update, seconds in points if update > from_update]
     return path
 
 
-def _first_at_or_past(path: Sequence[tuple], update: int) -> Optional[float]:
-    reached = [seconds for u, seconds in path if u >= update]
-    return min(reached) if reached else None
-
-
-def cpu_seconds_at(samples: Sequence[dict], update: int, starts: Optional[Sequence[dict]] = None) -> Optional[float]:
-    """The training CPU seconds when ``update`` was reached (:func:`cpu_cost_path`), linear
-    between the samples around it (they are ``CpuTrace.interval`` apart, or further while the
-    runner evaluates another run); the first sample's before it, None past the last sample."""
-    path = cpu_cost_path(samples, starts)
+def _interpolated(path: Sequence[tuple], update: int) -> Optional[float]:
+    """Seconds at ``update`` on ``[(update, seconds)]``: linear between the points around it, the
+    first point's before it, None past the last."""
     after = next((i for i, (u, _) in enumerate(path) if u >= update), None)
     if after is None:
         return None
@@ -196,6 +191,13 @@ def cpu_seconds_at(samples: Sequence[dict], update: int, starts: Optional[Sequen
     if u1 == u0:
         return s1
     return round(s0 + (s1 - s0) * (update - u0) / (u1 - u0), 1)
+
+
+def cpu_seconds_at(samples: Sequence[dict], update: int, starts: Optional[Sequence[dict]] = None) -> Optional[float]:
+    """The training CPU seconds when ``update`` was reached (:func:`cpu_cost_path`), linear
+    between the samples around it (they are ``CpuTrace.interval`` apart, or further while the
+    runner evaluates another run); the first sample's before it, None past the last sample."""
+    return _interpolated(cpu_cost_path(samples, starts), update)
 
 
 def stopping_epoch(curve: Sequence[dict], patience: int) -> Optional[int]:
@@ -1020,6 +1022,29 @@ def run_experiment(
         raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (the log above and their"
                            " run.json and train.log say why)")
     return collect_records(experiment, output, known, max_update, max_epoch)
+
+
+def refresh_training(experiment: Experiment, output) -> List[str]:
+    """Read every finished run's training again from its folder (log and CPU trace) with
+    today's rules: ``record["train"]`` (:func:`summarise_training`) and each curve point's CPU
+    seconds. The decoded scores stay. Returns the runs whose numbers changed."""
+    changed = []
+    for run in experiment.runs():
+        paths = run_paths(output, run)
+        record = read_record(paths)
+        if record.get("status") != "done" or not paths.train_log.is_file():
+            continue
+        before = json.dumps([record.get("train"), record.get("curve")], sort_keys=True)
+        record["train"] = summarise_training(experiment, paths, record)
+        if record.get("curve"):
+            trace = read_cpu_trace(paths)
+            starts = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))["starts"]
+            for point in record["curve"]:
+                point["cpu_seconds"] = cpu_seconds_at(trace, point["update"], starts)
+        if json.dumps([record.get("train"), record.get("curve")], sort_keys=True) != before:
+            write_record(paths, record)
+            changed.append(run.name)
+    return changed
 
 
 def collect_records(experiment: Experiment, output, known: Optional[Dict[str, dict]] = None,

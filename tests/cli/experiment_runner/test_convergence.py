@@ -116,3 +116,26 @@ def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging,
     train = records[0]["train"]
     assert (train["stopped_at_epoch"], train["updates"], train["starts"]) == (10, 100, 2)
     assert train["cpu_seconds"] == 60.0 + 45.0  # epoch 5's 50 updates from the first process, then the second's
+
+
+def test_report_only_reads_a_finished_run_s_training_again(tmp_path):
+    """A record summarised by older rules (no cut, CPU seconds of one process) is read again
+    from its folder's log and trace; the decoded scores stay."""
+    experiment = parse_experiment(dict(EXPERIMENT, eval={"checkpoints": ["best"], "curve": {"every": 5}}))
+    run = experiment.runs()[0]
+    paths = runner.run_paths(tmp_path, run)
+    paths.root.mkdir(parents=True)
+    paths.train_log.write_text(log_text(VALID, restart_after=5))
+    samples = [{"pid": 1, "from_update": 0, "update": 60, "process_cpu_seconds": 60.0},
+               {"pid": 2, "from_update": 50, "update": 120, "process_cpu_seconds": 65.0}]
+    paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    old = {"status": "done", "train": {"epochs": 12, "updates": 120}, "eval": {"best": {"test": {"scores": [1]}}},
+           "curve": [{"epoch": 10, "update": 100, "cpu_seconds": 999.0, "eval": {}}]}
+    runner.write_record(paths, old)
+    assert runner.refresh_training(experiment, tmp_path) == [run.name]
+    record = runner.read_record(paths)
+    assert (record["train"]["epochs"], record["train"]["updates"], record["train"]["stopped_at_epoch"]) == (10, 100, 10)
+    assert record["train"]["cpu_seconds"] == pytest.approx(60.0 + 50 / 70 * 65.0, abs=0.1)  # linear within process 2
+    assert record["curve"][0]["cpu_seconds"] == record["train"]["cpu_seconds"]
+    assert record["eval"] == old["eval"]
+    assert runner.refresh_training(experiment, tmp_path) == []  # read once, nothing changes again

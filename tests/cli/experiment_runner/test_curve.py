@@ -114,7 +114,10 @@ def test_an_older_trace_is_split_where_the_cpu_time_falls_and_placed_by_the_log_
               {"update": 400, "cpu_seconds": 170.0}]
     starts = [{"from_update": 0}, {"from_update": 250}, {"from_update": 250}]
     path = runner.cpu_cost_path(legacy, starts)
-    assert path == [(100, 100.0), (250, 300.0), (260, 320.0), (400, 470.0)]
+    assert path == [(100, 100.0), (250, 250.0), (260, 270.0), (400, 420.0)]  # 250: between 100 and 300
+    # a process of the new kind resumed later: the log's last start is its own
+    later = legacy + [sample(14, 380, 450, 60.0)]
+    assert runner.cpu_cost_path(later, starts + [{"from_update": 380}])[-2:] == [(380, 398.6), (450, 458.6)]
     # without the log's starts the processes cannot be placed: each continues where the path ends
     assert runner.cpu_cost_path(legacy) == [(100, 100.0), (300, 300.0), (400, 470.0)]
 
