@@ -137,9 +137,8 @@ def _trace_processes(samples: Sequence[dict], starts: Optional[Sequence[dict]] =
     Older traces (``{"update", "cpu_seconds"}`` lines) do not name the process: a new one is
     where the CPU seconds fall, its ``from_update`` is taken from the training log's process
     starts (the first ones: the named processes came later) when their numbers agree (else
-    unknown: None), and a process's first samples that
-    still carry the update its predecessor logged last (an update later than one it logs
-    afterwards) are dropped."""
+    unknown: None), and a process's first samples that still carry the update its predecessor
+    logged last (an update later than one it logs afterwards) are dropped."""
     processes, legacy = [], []
     for sample in samples:
         if "process_cpu_seconds" in sample:
@@ -776,7 +775,8 @@ def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool =
 
 def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: dict, cpu: bool = False) -> List[dict]:
     """BLEU against training CPU time: every ``curve_every``-th epoch checkpoint (and the
-    last counted epoch's: :func:`training_summary`) decoded like the table on ``curve_subsets``. Each point is
+    last counted epoch's: :func:`training_summary`) decoded like the table on
+    ``curve_subsets``. Each point is
     ``{"epoch", "update", "cpu_seconds", "valid_loss", "eval": {subset: result}}``, kept in
     ``record["curve"]`` as it is made (a rerun continues). Then the epoch checkpoints that
     neither the curve nor a ``lastN`` average needs are deleted."""
@@ -956,6 +956,7 @@ def run_experiment(
                 if stopped_at is not None:
                     log(f"{run.name}: its validation loss stopped improving at epoch {stopped_at} (--patience"
                         f" {experiment.schedule.patience}); not trained further")
+                    record.update(row=run.row.id, seed=run.seed, config=run_config(experiment, run, max_update, max_epoch))
                     finish(run, paths, record, time.time())
                     continue
                 model_options = None

@@ -115,6 +115,7 @@ def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging,
     assert paths.train_log.read_text() == before and converging["evaluated"] == ["checkpoint7.pt"]
     train = records[0]["train"]
     assert (train["stopped_at_epoch"], train["updates"], train["starts"]) == (10, 100, 2)
+    assert records[0]["status"] == "done" and runner.finished_record(experiment, run, tmp_path / "runs") is not None
     assert train["cpu_seconds"] == 60.0 + 45.0  # epoch 5's 50 updates from the first process, then the second's
 
 
