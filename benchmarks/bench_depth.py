@@ -33,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -283,8 +284,9 @@ def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
     axis.set_title(title, fontsize=10)
     axis.grid(alpha=0.3)
     axis.margins(x=0.3, y=0.1)  # room for the labels
+    caption = "\n".join(textwrap.fill(line, 160, subsequent_indent="    ") for line in caption.splitlines())
     fig.text(0.01, 0.01, caption, fontsize=6)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.02 + 0.017 * (caption.count("\n") + 1), 1, 1))
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 

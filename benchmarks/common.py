@@ -10,6 +10,7 @@ noisy).
 import logging
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -171,7 +172,7 @@ def command_line() -> str:
     """The command that produced the output, for the docs."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     program = f"-m {spec.name}" if spec is not None else os.path.relpath(sys.argv[0], os.getcwd())
-    return f"command: python {program} {' '.join(sys.argv[1:])}".rstrip()
+    return f"command: python {program} {shlex.join(sys.argv[1:])}".rstrip()
 
 
 def quiet_logging() -> None:
