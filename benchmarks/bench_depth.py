@@ -263,13 +263,9 @@ def table_row(row: dict) -> list:
 
 def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
     """Sentences/s against BLEU, a point per checkpoint and depth, labelled."""
-    for name in ("matplotlib", "PIL"):  # fairseq's import leaves the root logger at DEBUG
-        logging.getLogger(name).setLevel(logging.WARNING)
-    import matplotlib
+    from fairseq_sret_cli import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axis = plt.subplots(figsize=(8, 5.2))
     for row in rows:
         sret = row["trained"] is not None

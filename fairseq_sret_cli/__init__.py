@@ -27,6 +27,22 @@ def log(message: str, stage: str) -> None:
     print(f"[{stage}] {message}", file=sys.stderr, flush=True)
 
 
+def pyplot():
+    """matplotlib's ``pyplot`` drawing to files (the Agg backend), with matplotlib's and PIL's
+    loggers at WARNING before the import: fairseq's import leaves the root logger at DEBUG, and
+    matplotlib logs its set-up while it is imported."""
+    import logging
+
+    for name in ("matplotlib", "PIL"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's line breaks (its examples)."""
 

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_sret.nmt_checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
 
+from .. import pyplot
+
 SUFFIXES = ("skip_scale", "branch_scale")
 _RUN_CHECKPOINT = re.compile(r"^checkpoint(\d+|_\d+_\d+|_last)\.pt$")
 _LAYER = re.compile(r"^(.*?layers\.\d+)\.(.*)$")
@@ -109,11 +111,7 @@ def format_table(traj: LRCTrajectory) -> str:
 def plot(traj: LRCTrajectory, output, title: str = "LRC coefficients") -> Path:
     """One panel per layer: each coefficient against the update number; saved as PNG.
     Needs matplotlib (``pip install fairseq-sret[plot]``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     groups = by_layer(list(traj.values))
     n = len(groups)
     cols = min(4, n)

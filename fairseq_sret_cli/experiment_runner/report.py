@@ -3,7 +3,6 @@ mean +- std over seeds and each seed) and PNG plots (see :func:`plot`)."""
 
 import datetime
 import json
-import logging
 import os
 import math
 import platform
@@ -14,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_sret.atomic_files import replacing
 
+from .. import pyplot
 from .experiment_file import Experiment, describe
 from .runner import evaluation_key, write_text_atomically
 
@@ -352,13 +352,7 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     (mean +- std per row); and, when a row is decoded at several depths, the depth curve
     (BLEU and sentences/s per decoded variant). Each names the machine and the command,
     under the axes and in the PNG's ``Description``."""
-    for name in ("matplotlib", "PIL"):  # fairseq's import leaves the root logger at DEBUG; before the import
-        logging.getLogger(name).setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     palette, marks = plt.cm.tab20.colors, "osD^vP*Xhp<>"
     styles = {row["id"]: (palette[i % len(palette)], marks[i % len(marks)]) for i, row in enumerate(rows)}
     caption = figure_caption(env or {}, command)
