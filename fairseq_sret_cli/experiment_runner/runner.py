@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_sret import USER_DIR
 from fairseq_sret.atomic_files import replacing
@@ -380,17 +380,27 @@ def training_summary(parsed: dict, patience: int = 0) -> dict:
     return summary
 
 
-def summarise_training(experiment: Experiment, paths: "RunPaths", record: dict) -> dict:
+def read_training(paths: "RunPaths") -> Tuple[dict, Optional[List[tuple]]]:
+    """The run's training log parsed (:func:`parse_training_log`) and, when it kept a CPU
+    trace, its cost path (:func:`cpu_cost_path`; None without a trace)."""
+    text = paths.train_log.read_text(encoding="utf-8", errors="replace") if paths.train_log.is_file() else ""
+    parsed = parse_training_log(text)
+    samples = read_cpu_trace(paths)
+    return parsed, cpu_cost_path(samples, parsed["starts"]) if samples else None
+
+
+def summarise_training(experiment: Experiment, paths: "RunPaths", record: dict,
+                       training: Optional[Tuple[dict, Optional[List[tuple]]]] = None) -> dict:
     """``record["train"]`` from the training log (:func:`training_summary`). A run trained by
     more than one process, or cut at its stopping epoch, gets ``cpu_seconds`` from the CPU
     trace (kept with ``eval.curve``) along the path of its checkpoints (:func:`cpu_cost_path`;
     None where the trace does not reach); otherwise the table reads the reaped CPU time of its
-    processes (``record["train_cpu_seconds"]``)."""
-    parsed = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))
+    processes (``record["train_cpu_seconds"]``). ``training``: :func:`read_training`'s, if read."""
+    parsed, path = training or read_training(paths)
     summary = training_summary(parsed, experiment.schedule.patience)
-    trace = read_cpu_trace(paths)
-    if trace and summary.get("updates") is not None and (summary["starts"] > 1 or "epochs_trained" in summary):
-        summary["cpu_seconds"] = cpu_seconds_at(trace, summary["updates"], parsed["starts"])
+    resumed_or_cut = summary["starts"] > 1 or "epochs_trained" in summary
+    if path is not None and summary.get("updates") is not None and resumed_or_cut:
+        summary["cpu_seconds"] = _interpolated(path, summary["updates"])
     return summary
 
 
@@ -400,8 +410,7 @@ def converged_by_log(experiment: Experiment, paths: "RunPaths") -> Optional[int]
     if not experiment.schedule.patience or not paths.train_log.is_file():
         return None
     parsed = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))
-    validated = [e for e in parsed["epochs"] if isinstance(e.get("valid_loss"), (int, float))]
-    return stopping_epoch(validated, experiment.schedule.patience)
+    return training_summary(parsed, experiment.schedule.patience).get("stopped_at_epoch")
 
 
 # ---------------------------------------------------------------- commands
@@ -788,15 +797,13 @@ def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: d
     saved = sorted(int(p.stem[len("checkpoint"):]) for p in paths.checkpoints.glob("checkpoint[0-9]*.pt"))
     counted = [e for e in saved if until is None or e <= until]
     wanted = [e for e in counted if e % ev.curve_every == 0 or e == counted[-1]]
-    trace = read_cpu_trace(paths)
-    starts = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))["starts"] \
-        if paths.train_log.is_file() else None
+    _, path = read_training(paths)
     points = {p["epoch"]: p for p in record.get("curve", [])}
     for epoch in wanted:
         if epoch in points or epoch not in epochs:
             continue
         update = epochs[epoch]["update"]
-        point = {"epoch": epoch, "update": update, "cpu_seconds": cpu_seconds_at(trace, update, starts),
+        point = {"epoch": epoch, "update": update, "cpu_seconds": _interpolated(path or [], update),
                  "valid_loss": epochs[epoch]["valid_loss"], "eval": {}}
         for subset in ev.curve_subsets:
             report = evaluate(data, checkpoint=paths.checkpoints / f"checkpoint{epoch}.pt", subset=subset,
@@ -956,7 +963,8 @@ def run_experiment(
                 if stopped_at is not None:
                     log(f"{run.name}: its validation loss stopped improving at epoch {stopped_at} (--patience"
                         f" {experiment.schedule.patience}); not trained further")
-                    record.update(row=run.row.id, seed=run.seed, config=run_config(experiment, run, max_update, max_epoch))
+                    record.update(row=run.row.id, seed=run.seed,
+                                  config=run_config(experiment, run, max_update, max_epoch))
                     finish(run, paths, record, time.time())
                     continue
                 model_options = None
@@ -1036,12 +1044,10 @@ def refresh_training(experiment: Experiment, output) -> List[str]:
         if record.get("status") != "done" or not paths.train_log.is_file():
             continue
         before = json.dumps([record.get("train"), record.get("curve")], sort_keys=True)
-        record["train"] = summarise_training(experiment, paths, record)
-        if record.get("curve"):
-            trace = read_cpu_trace(paths)
-            starts = parse_training_log(paths.train_log.read_text(encoding="utf-8", errors="replace"))["starts"]
-            for point in record["curve"]:
-                point["cpu_seconds"] = cpu_seconds_at(trace, point["update"], starts)
+        training = read_training(paths)
+        record["train"] = summarise_training(experiment, paths, record, training)
+        for point in record.get("curve") or []:
+            point["cpu_seconds"] = _interpolated(training[1] or [], point["update"])
         if json.dumps([record.get("train"), record.get("curve")], sort_keys=True) != before:
             write_record(paths, record)
             changed.append(run.name)
