@@ -489,15 +489,28 @@ def past_the_limits(cfg, trainer) -> bool:
         hours > 0 and trainer.cumulative_training_time() / 3600 > hours)
 
 
-def _stop_before_the_epoch(train_epoch):
+def _no_epoch_when(train_epoch, finished: Callable[..., Optional[str]]):
+    """``fairseq_cli.train.train`` that starts no epoch while ``finished(cfg, trainer)`` says
+    why the run is over (logged; training then ends as fairseq ends it, ``[None], True``)."""
     @functools.wraps(train_epoch)
     def train(cfg, trainer, task, epoch_itr):
-        if past_the_limits(cfg, trainer):
-            logger.info("the run already reached --max-update or --stop-time-hours"
-                        " (%d updates): no further training", trainer.get_num_updates())
+        why = finished(cfg, trainer)
+        if why:
+            logger.info("%s: no further training", why)
             return [None], True
         return train_epoch(cfg, trainer, task, epoch_itr)
 
+    return train
+
+
+def _limits_reached(cfg, trainer) -> Optional[str]:
+    if past_the_limits(cfg, trainer):
+        return f"the run already reached --max-update or --stop-time-hours ({trainer.get_num_updates()} updates)"
+    return None
+
+
+def _stop_before_the_epoch(train_epoch):
+    train = _no_epoch_when(train_epoch, _limits_reached)
     train._sret_patched = True
     return train
 
@@ -682,29 +695,19 @@ def patience_lost_on_resume(save_checkpoint=None, load_checkpoint=None) -> bool:
             del checkpoint_utils.save_checkpoint.best
 
 
-def patience_exhausted(cfg) -> bool:
-    """Has the run already gone ``--patience`` validations without improving (it stopped early)?"""
-    state = patience_state()
-    return cfg.checkpoint.patience > 0 and state is not None and state["num_runs"] >= cfg.checkpoint.patience
-
-
-def _no_epoch_after_an_early_stop(train_epoch):
-    @functools.wraps(train_epoch)
-    def train(cfg, trainer, task, epoch_itr):
-        if patience_exhausted(cfg):
-            logger.info("the run already stopped early (no improvement in --patience %d validations):"
-                        " no further training", cfg.checkpoint.patience)
-            return [None], True
-        return train_epoch(cfg, trainer, task, epoch_itr)
-
-    return train
+def _stopped_early(cfg, trainer) -> Optional[str]:
+    """Has the run already gone ``--patience`` validations without improving?"""
+    state, patience = patience_state(), cfg.checkpoint.patience
+    if patience > 0 and state is not None and state["num_runs"] >= patience:
+        return f"the run already stopped early (no improvement in --patience {patience} validations)"
+    return None
 
 
 def _install_patience_resume() -> None:
     checkpoint_utils.save_checkpoint = _save_with_patience(checkpoint_utils.save_checkpoint)
     checkpoint_utils.load_checkpoint = _load_with_patience(checkpoint_utils.load_checkpoint)
     for module in _training_modules():
-        module.train = _no_epoch_after_an_early_stop(module.train)
+        module.train = _no_epoch_when(module.train, _stopped_early)
 
 
 # ---------------------------------------------------------------- cpu_bf16_inference, cpu_bf16_training
