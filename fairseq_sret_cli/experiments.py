@@ -125,9 +125,10 @@ def main(argv=None) -> int:
                 report()
                 print(f"sret-experiments: error: {exc}", file=sys.stderr)
                 return 1
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trainings were stopped at their last checkpoint
                 report()
-                raise
+                print("sret-experiments: stopped; the same command resumes the unfinished runs", file=sys.stderr)
+                return 130
             written = report()
     else:
         for name in refresh_training(experiment, output):

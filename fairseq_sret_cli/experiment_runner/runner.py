@@ -18,9 +18,11 @@ import re
 import resource
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -837,6 +839,11 @@ def _progress_line(run: Run, paths: RunPaths, started: float) -> str:
     return " ".join(parts)
 
 
+def _interrupt(signum, frame):
+    """SIGTERM handled as Ctrl-C: a runner stopped by ``kill`` leaves no training running."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_experiment(
     experiment: Experiment,
     data: str,
@@ -859,8 +866,10 @@ def run_experiment(
     and trainings still going then are stopped (they resume from their last checkpoint
     when the command runs again on the same output folder). A run folder trained with other
     settings (:func:`check_run_folder`) stops everything before any training
-    (:class:`SettingsChanged`), or with ``force`` is trained again from scratch. Ctrl-C
-    stops the trainings (they resume the same way) and raises ``KeyboardInterrupt``.
+    (:class:`SettingsChanged`), or with ``force`` is trained again from scratch. Ctrl-C,
+    or SIGTERM to this process, stops the trainings (they resume the same way) and raises
+    ``KeyboardInterrupt``. Interrupted runs resume before new runs start, so that rows
+    already begun finish first.
     """
     output = Path(output)
     pending = []
@@ -869,6 +878,7 @@ def run_experiment(
             log(f"{run.name}: done already, skipped")
         else:
             pending.append(run)
+    pending.sort(key=lambda run: not trained_anything(run_paths(output, run)))  # stable: file order otherwise
     changed = []
     for run in pending:
         paths = run_paths(output, run)
@@ -941,6 +951,9 @@ def run_experiment(
                 process.terminate()
 
     watched: Dict[str, float] = {}
+    previous_handler = None
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while pending or running:
             if deadline is not None and time.time() >= deadline:
@@ -1027,6 +1040,9 @@ def run_experiment(
     except KeyboardInterrupt:
         stop_trainings()
         raise
+    finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
     if failures:
         raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (the log above and their"
                            " run.json and train.log say why)")
