@@ -11,12 +11,15 @@ class DropPath(nn.Module):
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, ...) -> same; each sample's branch is kept with probability 1-p and rescaled."""
+        """x: (B, ...) -> same; each sample's branch is kept with probability 1-p and rescaled.
+
+        The per-sample factor (0 or 1/(1-p)) is made on the (B, 1, ...) mask, so the branch
+        is read once forward and once backward (timm's ``drop_path``, the same random draws)."""
         if self.p == 0.0 or not self.training:
             return x
         keep = 1.0 - self.p
-        mask = x.new_empty((x.size(0),) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask / keep
+        mask = x.new_empty((x.size(0),) + (1,) * (x.dim() - 1)).bernoulli_(keep).div_(keep)
+        return x * mask
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
