@@ -89,6 +89,10 @@ class _LRCAdd(torch.autograd.Function):
     def backward(ctx, g):
         x, y, s, b = ctx.saved_tensors
         need = ctx.needs_input_grad
+        # a strided g (a pooled map's gradient reaching the last stage's tokens) is copied once
+        # here; dx and dy then hand every earlier residual and linear layer a dense gradient,
+        # where each would otherwise copy it again to flatten it
+        g = g.contiguous()
         dx = g * s if need[0] else None  # autograd casts to the input's dtype where they differ
         dy = g * b if need[1] else None
         flat = g.reshape(-1)
