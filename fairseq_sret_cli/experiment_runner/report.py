@@ -328,6 +328,10 @@ def restarted_runs(records: List[dict]) -> List[str]:
     for r in sorted(restarted, key=lambda r: (r["row"], r["seed"])):
         train = r["train"]
         counted = "all (CPU trace)" if train.get("cpu_seconds") is not None else r.get("train_processes", "–")
+        if train.get("cpu_traced_to"):  # a trace that ends before the last update: not counted, but said
+            traced = train["cpu_traced_to"]
+            counted = (f"none: the CPU trace ends at update {traced['update']} of {train.get('updates')}"
+                       f" ({traced['seconds']:.0f} s)")
         lines.append(f"| {r['row']}/seed{r['seed']} | {train['starts']} | {counted} | "
                      f"{train.get('repeated_updates', 0)} |")
     return lines

@@ -94,6 +94,17 @@ class CpuTrace:
         if now - self.last_sample < self.interval:
             return
         self.last_sample = now
+        self._read_log()
+        self._write(process_cpu_seconds(self.pid))
+
+    def finish(self, cpu_seconds: float) -> None:
+        """The last sample, once the process has ended: its last logged update and all its CPU
+        time (``cpu_seconds``, from reaping it). Without it the trace would stop at the last
+        poll, short of the final update whenever the last epoch ends between two polls."""
+        self._read_log()
+        self._write(cpu_seconds)
+
+    def _read_log(self) -> None:
         try:
             with open(self.paths.train_log, "rb") as handle:
                 handle.seek(self.read_to)
@@ -112,7 +123,8 @@ class CpuTrace:
                 found = _UPDATE_IN_RECORD.search(match.group(2))
                 if found:
                     self.update = int(float(found.group(1)))
-        seconds = process_cpu_seconds(self.pid)
+
+    def _write(self, seconds: Optional[float]) -> None:
         if self.update is None or seconds is None:
             return
         sample = {"pid": self.pid, "from_update": self.from_update, "update": self.update,
@@ -403,6 +415,8 @@ def summarise_training(experiment: Experiment, paths: "RunPaths", record: dict,
     resumed_or_cut = summary["starts"] > 1 or "epochs_trained" in summary
     if path is not None and summary.get("updates") is not None and resumed_or_cut:
         summary["cpu_seconds"] = _interpolated(path, summary["updates"])
+        if summary["cpu_seconds"] is None and path:  # the trace stops short: what it does measure
+            summary["cpu_traced_to"] = {"update": path[-1][0], "seconds": path[-1][1]}
     return summary
 
 
@@ -902,6 +916,8 @@ def run_experiment(
             process.terminate()
             _, cpu_seconds = reap(process, block=True)
             handle.close()
+            if run.name in traces:
+                traces.pop(run.name).finish(cpu_seconds)
             record = read_record(paths)
             add_cpu_seconds(record, cpu_seconds)
             write_record(paths, record)
@@ -1024,7 +1040,8 @@ def run_experiment(
                     still.append(item)
                     continue
                 handle.close()
-                traces.pop(run.name, None)
+                if run.name in traces:
+                    traces.pop(run.name).finish(cpu_seconds)
                 record = read_record(paths)
                 add_cpu_seconds(record, cpu_seconds)
                 if process.returncode != 0 and run.name not in converged:

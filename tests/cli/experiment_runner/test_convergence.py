@@ -140,3 +140,22 @@ def test_report_only_reads_a_finished_run_s_training_again(tmp_path):
     assert record["curve"][0]["cpu_seconds"] == record["train"]["cpu_seconds"]
     assert record["eval"] == old["eval"]
     assert runner.refresh_training(experiment, tmp_path) == []  # read once, nothing changes again
+
+
+def test_a_trace_that_ends_before_the_last_update_counts_nothing_and_says_how_far_it_went(tmp_path):
+    """The CPU time to the end is not guessed past the last sample; what the trace does measure
+    is recorded and the report's table of restarted runs names it."""
+    from fairseq_sret_cli.experiment_runner.report import restarted_runs
+
+    paths = runner.RunPaths(tmp_path)
+    paths.train_log.write_text(log_text(VALID[:10], restart_after=5))
+    samples = [{"pid": 1, "from_update": 0, "update": 50, "process_cpu_seconds": 50.0},
+               {"pid": 1, "from_update": 0, "update": 60, "process_cpu_seconds": 60.0},
+               {"pid": 2, "from_update": 50, "update": 90, "process_cpu_seconds": 40.0}]  # its last 10 updates unsampled
+    paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    experiment = parse_experiment(dict(EXPERIMENT, eval={"checkpoints": ["best"], "curve": {"every": 5}}))
+    train = runner.summarise_training(experiment, paths, {})
+    assert train["updates"] == 100 and train["cpu_seconds"] is None
+    assert train["cpu_traced_to"] == {"update": 90, "seconds": 90.0}
+    table = "\n".join(restarted_runs([{"row": "r", "seed": 1, "status": "done", "train": train, "train_processes": 2}]))
+    assert "| r/seed1 | 2 | none: the CPU trace ends at update 90 of 100 (90 s) |" in table

@@ -87,6 +87,13 @@ def test_the_trace_samples_a_process_s_cpu_time_against_its_logged_update(tmp_pa
     samples = runner.read_cpu_trace(paths)
     assert [(s["pid"], s["from_update"], s["update"]) for s in samples] == [(busy.pid, 40, 50), (busy.pid, 40, 80)]
     assert 0.5 <= samples[0]["process_cpu_seconds"] <= samples[1]["process_cpu_seconds"] < 30
+    # the process logs its last updates and ends between two polls: the final sample has them,
+    # with the CPU time its reaping measured
+    with open(paths.train_log, "a") as log:
+        log.write('x | INFO | valid | {"epoch": 3, "valid_loss": "2", "valid_num_updates": "95"}\n')
+    trace.finish(31.0)
+    last = runner.read_cpu_trace(paths)[-1]
+    assert (last["pid"], last["from_update"], last["update"], last["process_cpu_seconds"]) == (busy.pid, 40, 95, 31.0)
 
 
 def sample(pid, from_update, update, seconds):
