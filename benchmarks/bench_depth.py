@@ -267,14 +267,21 @@ def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
 
     plt = pyplot()
     fig, axis = plt.subplots(figsize=(8, 5.2))
-    for row in rows:
+    speeds, scores = [row["sentences_per_second"] for row in rows], [row["bleu"] for row in rows]
+    x_span, y_span = (max(speeds) - min(speeds)) or 1.0, (max(scores) - min(scores)) or 1.0
+    previous, below = None, False
+    for row in sorted(rows, key=lambda r: r["sentences_per_second"]):
+        # a label runs to the right of its point: under a close neighbour's, it goes below
+        near = previous is not None and (row["sentences_per_second"] - previous[0] < 0.35 * x_span
+                                         and abs(row["bleu"] - previous[1]) < 0.1 * y_span)
+        below, previous = (not below) if near else False, (row["sentences_per_second"], row["bleu"])
         sret = row["trained"] is not None
         axis.scatter(row["sentences_per_second"], row["bleu"], marker="o" if sret else "s",
                      color="tab:red" if sret else "tab:blue", zorder=3)
         label = row["checkpoint"] + ("" if not sret or row["depth"] == row["trained"]
                                      else f" @ depth {_depth(row['depth'])}")
         axis.annotate(label, (row["sentences_per_second"], row["bleu"]), textcoords="offset points",
-                      xytext=(5, 4), fontsize=8)
+                      xytext=(5, -11) if below else (5, 4), fontsize=8)
     axis.set_xlabel("sentences/s (beam search, higher is faster)")
     axis.set_ylabel("BLEU")
     axis.set_title(title, fontsize=10)
