@@ -127,8 +127,7 @@ def main(argv=None) -> int:
                 return 1
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trainings were stopped at their last checkpoint
                 report()
-                print("sret-experiments: stopped; the same command resumes the unfinished runs", file=sys.stderr)
-                return 130
+                raise
             written = report()
     else:
         for name in refresh_training(experiment, output):
