@@ -967,8 +967,8 @@ def run_experiment(
                 process.terminate()
 
     watched: Dict[str, float] = {}
-    previous_handler = None
-    if threading.current_thread() is threading.main_thread():
+    handles_sigterm = threading.current_thread() is threading.main_thread()  # signals reach only that one
+    if handles_sigterm:
         previous_handler = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while pending or running:
@@ -1058,8 +1058,8 @@ def run_experiment(
         stop_trainings()
         raise
     finally:
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
+        if handles_sigterm:  # None: a handler not set from Python, i.e. the default one
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_handler is None else previous_handler)
     if failures:
         raise RuntimeError(f"{len(failures)} runs failed: {', '.join(failures)} (the log above and their"
                            " run.json and train.log say why)")

@@ -34,8 +34,10 @@ def test_interrupted_runs_resume_before_new_runs_start(monkeypatch, tmp_path):
             paths.checkpoints.mkdir(parents=True, exist_ok=True)  # train_command made it
             (paths.checkpoints / "checkpoint_last.pt").write_bytes(b"")
             runner.write_record(paths, {"status": "training", "train_settings": settings})
+    before = signal.getsignal(signal.SIGTERM)
     runner.run_experiment(experiment, "data", tmp_path / "runs", progress_interval=0)
     assert order.read_text().split() == ["a/seed2", "b/seed1", "a/seed1", "b/seed2"]
+    assert signal.getsignal(signal.SIGTERM) == before  # the runner's SIGTERM handler is its own while it runs
 
 
 RUNNER = textwrap.dedent("""
