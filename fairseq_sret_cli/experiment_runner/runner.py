@@ -911,16 +911,21 @@ def run_experiment(
     last_progress = time.time()
     stopped = []
 
+    def training_ended(run: Run, paths: RunPaths, handle, cpu_seconds: float) -> dict:
+        """Close the ended training's log, end its CPU trace, and return its record with the
+        process's CPU time added (not written yet)."""
+        handle.close()
+        if run.name in traces:
+            traces.pop(run.name).finish(cpu_seconds)
+        record = read_record(paths)
+        add_cpu_seconds(record, cpu_seconds)
+        return record
+
     def stop_trainings() -> None:
         for run, paths, process, handle, _ in running:
             process.terminate()
             _, cpu_seconds = reap(process, block=True)
-            handle.close()
-            if run.name in traces:
-                traces.pop(run.name).finish(cpu_seconds)
-            record = read_record(paths)
-            add_cpu_seconds(record, cpu_seconds)
-            write_record(paths, record)
+            write_record(paths, training_ended(run, paths, handle, cpu_seconds))
             stopped.append(run.name)
         running.clear()
 
@@ -1039,11 +1044,7 @@ def run_experiment(
                 if returncode is None:
                     still.append(item)
                     continue
-                handle.close()
-                if run.name in traces:
-                    traces.pop(run.name).finish(cpu_seconds)
-                record = read_record(paths)
-                add_cpu_seconds(record, cpu_seconds)
+                record = training_ended(run, paths, handle, cpu_seconds)
                 if process.returncode != 0 and run.name not in converged:
                     text = paths.train_log.read_text(encoding="utf-8", errors="replace")
                     tail = "\n".join(text.splitlines()[-15:])
