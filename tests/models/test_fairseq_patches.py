@@ -280,8 +280,9 @@ def test_load_error_cause_defect_without_the_patch():
 
 
 def test_patience_resume_defect_without_the_patch():
-    assert fairseq_patches.patience_lost_on_resume(checkpoint_utils.save_checkpoint.__wrapped__,
-                                                   checkpoint_utils.load_checkpoint.__wrapped__)
+    assert fairseq_patches.patience_lost_on_resume(
+        under_the_patch(checkpoint_utils.save_checkpoint, "patience_resume"),
+        under_the_patch(checkpoint_utils.load_checkpoint, "patience_resume"))
     assert not fairseq_patches.patience_lost_on_resume()
     assert getattr(fairseq_cli.train.should_stop_early, "best", None) is None  # the probe leaves no state behind
 
@@ -325,3 +326,45 @@ def test_patience_counts_on_across_a_resume(tmp_path):
     before = last.read_bytes()
     again, log = train(tmp_path / "patched", 60)
     assert again == [] and "already stopped early" in log and last.read_bytes() == before
+
+
+def test_best_checkpoint_resume_defect_without_the_patch():
+    load = checkpoint_utils.load_checkpoint
+    assert fairseq_patches.best_checkpoint_forgotten_on_resume(under_the_patch(load, "best_checkpoint_resume"))
+    assert not fairseq_patches.best_checkpoint_forgotten_on_resume(load)
+    assert getattr(checkpoint_utils.save_checkpoint, "best", None) is None  # the probe leaves no state behind
+
+
+@pytest.mark.e2e
+def test_a_resume_never_replaces_a_better_best_checkpoint(tmp_path):
+    """The state a kill leaves between the writing of checkpoint_best.pt and of
+    checkpoint_last.pt: checkpoint_last.pt records an older, worse best score than the one
+    checkpoint_best.pt holds. Resumed, the run keeps checkpoint_best.pt until a validation
+    beats the score it holds; without the patch the first validation replaces it."""
+    data_bin = preprocess(write_corpus(tmp_path / "raw", sizes=(("train", 40), ("valid", 10), ("test", 10))))
+    argv = [sys.executable, "-m", "fairseq_cli.train", str(data_bin), *SRET, "--optimizer", "adam", "--lr", "5e-3",
+            "--max-tokens", "400", "--cpu", "--num-workers", "0", "--log-format", "simple", "--no-progress-bar",
+            "--seed", "1", "--no-epoch-checkpoints"]
+
+    def train(save_dir, max_epoch, env=ENV):
+        out = subprocess.run(argv + ["--max-epoch", str(max_epoch), "--save-dir", str(save_dir)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout + out.stderr
+
+    unpatched = dict(ENV, **{fairseq_patches.PATCHES_ENV: "-best_checkpoint_resume"})
+    for name, env in (("patched", ENV), ("unpatched", unpatched)):
+        save = tmp_path / name
+        train(save, 2, env)
+        best, last = load_checkpoint(save / "checkpoint_best.pt"), load_checkpoint(save / "checkpoint_last.pt")
+        # a better best than any validation reaches, and a last checkpoint that never saw it
+        best["extra_state"].update(best=0.001, val_loss=0.001)
+        last["extra_state"]["best"] = 1e9
+        torch.save(best, save / "checkpoint_best.pt")
+        torch.save(last, save / "checkpoint_last.pt")
+        log = train(save, 3, env)
+        kept = load_checkpoint(save / "checkpoint_best.pt")["extra_state"]["val_loss"]
+        if name == "patched":
+            assert kept == 0.001 and "holds a better validation score (0.001)" in log
+        else:
+            assert kept > 0.001  # the validation of epoch 3 replaced the better checkpoint
