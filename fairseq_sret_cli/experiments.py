@@ -62,7 +62,8 @@ def main(argv=None) -> int:
     started = time.time()
 
     try:
-        experiment = load_experiment(args.experiment).select(args.rows, args.seeds)
+        whole = load_experiment(args.experiment)
+        experiment = whole.select(args.rows, args.seeds)
     except ExperimentError as exc:
         print(f"sret-experiments: error: {exc}", file=sys.stderr)
         return 2
@@ -102,11 +103,13 @@ def main(argv=None) -> int:
     check_results_files(Path(args.results), experiment.name, force=args.force)
 
     def report(*_):
-        records = collect_records(experiment, output, known, args.max_update, args.max_epoch)
+        # the whole experiment, not the --rows/--seeds selection: the runs of the other rows stay
+        # in the table (and among the runs a later session counts as done)
+        records = collect_records(whole, output, known, args.max_update, args.max_epoch)
         used = [r for r in records if r.get("status") == "done"]
         kept = [r for r in earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
                                               for u in used)]
-        return write_results(experiment, records, args.results, command, device_note=args.note, earlier=kept)
+        return write_results(whole, records, args.results, command, device_note=args.note, earlier=kept)
 
     if not args.report_only:
         # one sret-experiments per output folder: a second would train the same runs at once
