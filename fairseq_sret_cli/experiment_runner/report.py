@@ -246,12 +246,16 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
                 cells.append(_fmt(s.get(f"chrf/{kind}/{subset}")))
             cells.append(_fmt(s.get(f"speed/{kind}/{ev.subsets[0]}"), 1))
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Each seed:", "", "| row | seed | best valid loss | best at update | seconds to best | "
+    lines += mixed_devices(records)
+    trained_on = {(r["row"], r["seed"]): ", ".join(r.get("trained_on") or ["–"])
+                  for r in records if r.get("status") == "done"}
+    lines += ["", "Each seed:", "", "| row | seed | trained on | best valid loss | best at update | seconds to best | "
               + " | ".join(f"BLEU {subsets.get(x, x)} ({k})" for k in kinds for x in ev.subsets) + " |",
-              "|" + "---|" * (5 + len(kinds) * len(ev.subsets))]
+              "|" + "---|" * (6 + len(kinds) * len(ev.subsets))]
     for row in rows:
         for seed, v in sorted(row["per_seed"].items()):
-            cells = [row["id"], str(seed), _fmt({"mean": v.get("best_valid_loss")}, 3),
+            cells = [row["id"], str(seed), trained_on.get((row["id"], seed), "–"),
+                     _fmt({"mean": v.get("best_valid_loss")}, 3),
                      str(v.get("best_update") or "–"), _fmt({"mean": v.get("seconds_to_best")}, 0)]
             cells += [_fmt({"mean": v.get(f"bleu/{k}/{x}")}) for k in kinds for x in ev.subsets]
             lines.append("| " + " | ".join(cells) + " |")
@@ -296,6 +300,24 @@ def learning_curves(experiment: Experiment, records: List[dict], subsets: Dict[s
                 cells += [_fmt({"mean": bleu["score"] if bleu else None}), _fmt({"mean": chrf["score"] if chrf else None})]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def mixed_devices(records: List[dict]) -> List[str]:
+    """Markdown lines when the finished runs trained on more than one device: their seconds
+    (and a resumed run's, when it moved) are not one processor's, so say which rows mix them."""
+    done = [r for r in records if r.get("status") == "done"]
+    devices = sorted({d for r in done for d in r.get("trained_on") or []})
+    if len(devices) < 2:
+        return []
+    mixed = sorted({r["row"] for r in done if len(r.get("trained_on") or []) > 1}
+                   | {row for row in {r["row"] for r in done}
+                      if len({tuple(r.get("trained_on") or []) for r in done if r["row"] == row}) > 1})
+    text = (f"The runs trained on {len(devices)} devices ({'; '.join(devices)}; the per-seed table names each"
+            " run's): BLEU, losses and updates compare across them; CPU seconds, tokens/s and sent/s only between"
+            " runs of one device.")
+    if mixed:
+        text += f" Rows whose seconds mix devices: {', '.join(f'`{m}`' for m in mixed)}."
+    return ["", text]
 
 
 def cut_runs(records: List[dict]) -> List[str]:

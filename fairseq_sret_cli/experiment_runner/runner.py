@@ -66,6 +66,26 @@ def add_cpu_seconds(record: dict, seconds: float) -> None:
     record["train_processes"] = record.get("train_processes", 0) + 1
 
 
+def training_device(cpu: bool) -> str:
+    """What this machine trains on: ``CPU <model>`` with ``--cpu``, else the first GPU's name."""
+    from .report import cpu_model
+
+    if not cpu:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    return f"CPU {cpu_model()}"
+
+
+def add_training_device(record: dict, device: str) -> None:
+    """Note the device a training process of the run starts on (``trained_on``, in order): a run
+    resumed on another machine names both, and its CPU seconds are not one processor's."""
+    devices = record.setdefault("trained_on", [])
+    if device not in devices:
+        devices.append(device)
+
+
 def process_cpu_seconds(pid: int) -> Optional[float]:
     """User + system CPU seconds of a running process and its reaped children (Linux
     ``/proc``); None where that cannot be read."""
@@ -1021,6 +1041,7 @@ def run_experiment(
                 record.update(status="training", row=run.row.id, seed=run.seed, command=portable(cmd[1:]), jobs=jobs,
                               config=run_config(experiment, run, max_update, max_epoch), train_settings=settings,
                               train_fingerprint=settings_fingerprint(settings))
+                add_training_device(record, training_device(cpu))
                 write_record(paths, record)
                 log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
                 handle = open(paths.train_log, "a", encoding="utf-8")

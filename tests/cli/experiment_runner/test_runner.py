@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_sret_cli.experiment_runner import ExperimentError, parse_experiment, parse_training_log, training_summary
+from fairseq_sret_cli.experiment_runner.report import cpu_model
 from fairseq_sret_cli.toy import write_reversal_corpus
 
 REPO = Path(__file__).resolve().parents[3]
@@ -80,6 +81,20 @@ def test_the_report_lists_the_runs_that_took_several_processes():
     assert restarted_runs(runs[1:]) == []
     traced = dict(runs[0], train=dict(runs[0]["train"], cpu_seconds=900.0), train_processes=None)
     assert "| a/seed1 | 2 | all (CPU trace) | 88 |" in restarted_runs([traced])
+
+
+def test_the_report_says_when_runs_trained_on_several_devices():
+    from fairseq_sret_cli.experiment_runner.report import mixed_devices
+
+    amd, xeon = "CPU AMD EPYC", "CPU Intel(R) Xeon(R) Processor"
+    runs = [{"row": "a", "seed": 1, "status": "done", "trained_on": [amd]},
+            {"row": "a", "seed": 2, "status": "done", "trained_on": [xeon]},
+            {"row": "b", "seed": 1, "status": "done", "trained_on": [amd]},
+            {"row": "c", "seed": 1, "status": "done", "trained_on": [amd, xeon]},
+            {"row": "d", "seed": 1, "status": "training", "trained_on": [xeon]}]
+    text = " ".join(mixed_devices(runs))
+    assert f"2 devices ({amd}; {xeon}" in text and "Rows whose seconds mix devices: `a`, `c`." in text
+    assert mixed_devices([runs[0], runs[2]]) == [] and mixed_devices([runs[0], runs[4]]) == []
 
 
 def minimal(**changes):
@@ -213,8 +228,9 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     assert sret["stats"]["params"]["mean"] < transformer["stats"]["params"]["mean"]  # shared layers count once
     runs = {(r["row"], r["seed"]): r for r in data["runs"]}
     assert runs[("sret", 1)]["train"]["updates"] == 30 and runs[("sret", 1)]["jobs"] == 2
-    for record in runs.values():  # one training process each, its CPU time recorded
+    for record in runs.values():  # one training process each, its CPU time and processor recorded
         assert record["train_processes"] == 1 and record["train_cpu_seconds"] > 0
+        assert record["trained_on"] == [f"CPU {cpu_model()}"]
     table = (results / "toy.md").read_text()
     assert "| SReT 1x2 (`sret`) |" in table and "`sret`: `--arch sret_transformer_tiny --encoder-layers 1" in table
     assert "signature" in table and "nrefs:1" in table
@@ -223,6 +239,11 @@ def test_runner_trains_evaluates_reports_and_resumes(toy_bin, tmp_path):
     # the run folders are bound to their settings: a changed cap is refused before anything starts
     edited = subprocess.run(cmd[:-4] + ["--max-update", "31"], capture_output=True, text=True, timeout=120)
     assert edited.returncode == 2 and "with other settings (--max-update 30 -> 31)" in edited.stderr, edited.stderr
+    assert json.loads((results / "toy.json").read_text())["rows"] == data["rows"]
+
+    # a run of one row reports the whole experiment: the other row stays in the table and counts as done
+    one_row = subprocess.run(cmd + ["--rows", "sret"], capture_output=True, text=True, timeout=120)
+    assert one_row.returncode == 0 and one_row.stderr.count("done already, skipped") == 1, one_row.stderr[-2000:]
     assert json.loads((results / "toy.json").read_text())["rows"] == data["rows"]
 
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
