@@ -64,6 +64,7 @@ def main(argv=None) -> int:
     try:
         whole = load_experiment(args.experiment)
         experiment = whole.select(args.rows, args.seeds)
+        whole = whole.with_runs_of(experiment)  # what the results report
     except ExperimentError as exc:
         print(f"sret-experiments: error: {exc}", file=sys.stderr)
         return 2
@@ -103,8 +104,8 @@ def main(argv=None) -> int:
     check_results_files(Path(args.results), experiment.name, force=args.force)
 
     def report(*_):
-        # the whole experiment, not the --rows/--seeds selection: the runs of the other rows stay
-        # in the table (and among the runs a later session counts as done)
+        # the whole experiment (and the seeds --seeds adds), not the --rows/--seeds selection: the
+        # runs of the other rows stay in the table and among the runs a later session counts as done
         records = collect_records(whole, output, known, args.max_update, args.max_epoch)
         used = [r for r in records if r.get("status") == "done"]
         kept = [r for r in earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")

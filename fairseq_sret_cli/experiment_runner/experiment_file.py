@@ -145,6 +145,14 @@ class Experiment:
             rows = [replace(r, seeds=list(seeds)) for r in rows]
         return replace(self, rows=rows)
 
+    def with_runs_of(self, selection: "Experiment") -> "Experiment":
+        """Every row of this experiment with its seeds, plus the seeds ``selection`` (a
+        :meth:`select` of it, e.g. ``--seeds 3``) gives a row beyond the file's."""
+        added = {row.id: row.seeds for row in selection.rows}
+        rows = [replace(row, seeds=row.seeds + [s for s in added.get(row.id, []) if s not in row.seeds])
+                for row in self.rows]
+        return replace(self, rows=rows)
+
 
 def _args(value, where: str) -> List[str]:
     if value is None:

@@ -9,7 +9,7 @@ import platform
 import statistics
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_sret.atomic_files import replacing
 
@@ -246,6 +246,7 @@ def markdown(experiment: Experiment, rows: List[dict], records: List[dict], comm
                 cells.append(_fmt(s.get(f"chrf/{kind}/{subset}")))
             cells.append(_fmt(s.get(f"speed/{kind}/{ev.subsets[0]}"), 1))
         lines.append("| " + " | ".join(cells) + " |")
+    lines += close_rows(rows, [(f"bleu/{k}/{x}", f"BLEU {subsets.get(x, x)} ({k})") for k in kinds for x in ev.subsets])
     lines += mixed_devices(records)
     trained_on = {(r["row"], r["seed"]): ", ".join(r.get("trained_on") or ["–"])
                   for r in records if r.get("status") == "done"}
@@ -300,6 +301,29 @@ def learning_curves(experiment: Experiment, records: List[dict], subsets: Dict[s
                 cells += [_fmt({"mean": bleu["score"] if bleu else None}), _fmt({"mean": chrf["score"] if chrf else None})]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def close_rows(rows: List[dict], columns: Sequence[Tuple[str, str]]) -> List[str]:
+    """Markdown lines on the pairs of rows, each with 2 or more seeds, whose means lie within 2
+    standard deviations (the larger of the two) of each other in a column ``(stat key, title)``:
+    the seeds done cannot tell them apart there, and a further seed is due."""
+    found = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            close = []
+            for key, title in columns:
+                sa, sb = a["stats"].get(key) or {}, b["stats"].get(key) or {}
+                if min(sa.get("n") or 0, sb.get("n") or 0) < 2 or sa.get("std") is None or sb.get("std") is None:
+                    continue
+                gap, spread = abs(sa["mean"] - sb["mean"]), 2 * max(sa["std"], sb["std"])
+                if gap < spread:
+                    close.append(f"{title} {sa['mean']:.2f} against {sb['mean']:.2f} ({gap:.2f} < {spread:.2f})")
+            if close:
+                found.append(f"- `{a['id']}` and `{b['id']}`: " + "; ".join(close))
+    if not found:
+        return []
+    return ["", "Rows whose means lie within 2 standard deviations of each other (the larger of the two; rows"
+            " with 2 or more seeds): their seeds cannot tell them apart there, and a further seed is due:", ""] + found
 
 
 def mixed_devices(records: List[dict]) -> List[str]:

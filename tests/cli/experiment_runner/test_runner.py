@@ -83,6 +83,19 @@ def test_the_report_lists_the_runs_that_took_several_processes():
     assert "| a/seed1 | 2 | all (CPU trace) | 88 |" in restarted_runs([traced])
 
 
+def test_the_report_names_the_rows_whose_seeds_cannot_tell_them_apart():
+    from fairseq_sret_cli.experiment_runner.report import close_rows
+
+    def row(name, mean, std, n=2):
+        return {"id": name, "stats": {"bleu": {"mean": mean, "std": std, "n": n}}}
+
+    columns = [("bleu", "BLEU test")]
+    lines = close_rows([row("a", 40.0, 0.5), row("b", 40.9, 0.2), row("c", 42.5, 0.3), row("d", 40.1, None, 1)],
+                       columns)
+    assert lines[-1:] == ["- `a` and `b`: BLEU test 40.00 against 40.90 (0.90 < 1.00)"]  # a-c, b-c apart; d: 1 seed
+    assert close_rows([row("a", 40.0, 0.5), row("b", 41.0, 0.5)], columns) == []  # a gap of exactly 2 std
+
+
 def test_the_report_says_when_runs_trained_on_several_devices():
     from fairseq_sret_cli.experiment_runner.report import mixed_devices
 
@@ -133,6 +146,10 @@ def test_selecting_rows_and_seeds():
     assert [r.name for r in exp.select(None, [7]).runs()] == ["a/seed7", "b/seed7"]
     with pytest.raises(ExperimentError, match="no rows"):
         exp.select(["zz"])
+    # what a selection's results report: every run of the file, and the seeds the selection adds
+    assert [r.name for r in exp.with_runs_of(exp.select(["b"], [2])).runs()] == [
+        "a/seed1", "a/seed2", "a/seed3", "b/seed1", "b/seed2"]
+    assert exp.with_runs_of(exp.select(["a"], [2])).runs() == exp.runs()
 
 
 def _row_record(row: str, seed: int, bleu: dict, cpu_seconds: float) -> dict:
