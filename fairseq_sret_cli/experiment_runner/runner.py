@@ -239,15 +239,19 @@ def stopping_epoch(curve: Sequence[dict], patience: int) -> Optional[int]:
     a row that do not improve on the best (lower) loss; None if it never does."""
     if patience <= 0:
         return None
+    return next((point["epoch"] for point, without in _patience_counts(curve) if without >= patience), None)
+
+
+def _patience_counts(curve: Sequence[dict]):
+    """``(point, n)`` for each validation: n of them in a row, ending there, have not improved on the
+    best (lower) loss before them (fairseq's ``--patience`` count after that validation)."""
     best, without = None, 0
     for point in curve:
         if best is None or point["valid_loss"] < best:
             best, without = point["valid_loss"], 0
         else:
             without += 1
-            if without >= patience:
-                return point["epoch"]
-    return None
+        yield point, without
 
 
 #: how often the runner reads a running training's log for :func:`stopping_epoch`
@@ -859,7 +863,9 @@ def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: d
 
 
 # ---------------------------------------------------------------- the loop
-def _progress_line(run: Run, paths: RunPaths, started: float) -> str:
+def _progress_line(run: Run, paths: RunPaths, started: float, patience: int = 0) -> str:
+    """One line on a training: its update and loss, its validation loss and best, and with
+    ``patience`` how many validations have not improved on the best (fairseq's count)."""
     text = paths.train_log.read_text(encoding="utf-8", errors="replace") if paths.train_log.is_file() else ""
     parsed = parse_training_log(text)
     last = parsed["last"]
@@ -869,6 +875,9 @@ def _progress_line(run: Run, paths: RunPaths, started: float) -> str:
         parts.append(f"epoch {last.get('epoch')}, update {last.get('num_updates')}, loss {last.get('loss')}")
     if epochs:
         parts.append(f"valid loss {epochs[-1]['valid_loss']} (best {min(e['valid_loss'] for e in epochs)})")
+        if patience:
+            _, without = list(_patience_counts(epochs))[-1]
+            parts.append(f"{without} of --patience {patience} without improvement")
     parts.append(f"{(time.time() - started) / 60:.1f} min")
     return " ".join(parts)
 
@@ -1057,7 +1066,7 @@ def run_experiment(
             if progress_interval and time.time() - last_progress >= progress_interval:
                 last_progress = time.time()
                 for run, paths, _, _, started in running:
-                    log(_progress_line(run, paths, started))
+                    log(_progress_line(run, paths, started, experiment.schedule.patience))
             still = []
             for item in running:
                 run, paths, process, handle, started = item

@@ -34,6 +34,17 @@ def test_the_stopping_epoch_follows_fairseq_s_rule():
     assert runner.stopping_epoch(curve, 6) is None and runner.stopping_epoch(curve, 0) is None
 
 
+def test_progress_says_how_far_a_run_is_from_its_patience(tmp_path):
+    run = parse_experiment({"name": "x", "train": {"max_epoch": 60, "patience": 10},
+                            "rows": [{"id": "a", "arch": "t"}]}).runs()[0]
+    paths = runner.run_paths(tmp_path, run)
+    paths.root.mkdir(parents=True)
+    paths.train_log.write_text(log_text(VALID[:9]))  # best 2.4 at epoch 7, then 2.8 and 2.9
+    line = runner._progress_line(run, paths, started=0.0, patience=10)
+    assert "valid loss 2.9 (best 2.4) 2 of --patience 10 without improvement" in line
+    assert "without improvement" not in runner._progress_line(run, paths, started=0.0)
+
+
 def test_a_run_trained_past_its_stopping_epoch_counts_to_it():
     summary = training_summary(runner.parse_training_log(log_text(VALID)), patience=3)
     assert (summary["stopped_at_epoch"], summary["epochs_trained"], summary["epochs"]) == (10, 12, 10)
