@@ -15,7 +15,7 @@ from fairseq_sret.atomic_files import replacing
 
 from .. import pyplot
 from .experiment_file import Experiment, describe
-from .runner import evaluation_key, write_text_atomically
+from .runner import cpu_model, device_name, evaluation_key, write_text_atomically  # noqa: F401 (cpu_model: for callers)
 
 
 def evaluation_keys(experiment: Experiment) -> List[str]:
@@ -113,17 +113,6 @@ def _fmt(stat: Optional[dict], digits: int = 2, scale: float = 1.0) -> str:
     return text
 
 
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), for the hardware line of every figure."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def environment() -> dict:
     info = {"python": platform.python_version(), "machine": platform.machine(),
             "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
@@ -131,7 +120,7 @@ def environment() -> dict:
         import torch
 
         info["torch"] = torch.__version__
-        info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU {cpu_model()}"
+        info["device"] = device_name()
     except Exception:  # informative only
         pass
     try:

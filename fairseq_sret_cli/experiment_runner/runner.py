@@ -14,6 +14,7 @@ import hashlib
 import functools
 import json
 import os
+import platform
 import re
 import resource
 import shlex
@@ -66,15 +67,23 @@ def add_cpu_seconds(record: dict, seconds: float) -> None:
     record["train_processes"] = record.get("train_processes", 0) + 1
 
 
-def training_device(cpu: bool) -> str:
-    """What this machine trains on: ``CPU <model>`` with ``--cpu``, else the first GPU's name."""
-    from .report import cpu_model
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), for the hardware line of every figure."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
-    if not cpu:
-        import torch
 
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
+def device_name(cpu: bool = False) -> str:
+    """The first GPU's name, or ``CPU <model>`` with ``cpu`` or where there is no GPU."""
+    import torch
+
+    if not cpu and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
     return f"CPU {cpu_model()}"
 
 
@@ -1050,7 +1059,7 @@ def run_experiment(
                 record.update(status="training", row=run.row.id, seed=run.seed, command=portable(cmd[1:]), jobs=jobs,
                               config=run_config(experiment, run, max_update, max_epoch), train_settings=settings,
                               train_fingerprint=settings_fingerprint(settings))
-                add_training_device(record, training_device(cpu))
+                add_training_device(record, device_name(cpu))
                 write_record(paths, record)
                 log(f"{run.name}: training ({len(running) + 1} side by side; log {paths.train_log})")
                 handle = open(paths.train_log, "a", encoding="utf-8")
