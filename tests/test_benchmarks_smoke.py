@@ -190,15 +190,26 @@ def test_bench_uptrain_smoke(tmp_path):
         assert len(rows(out, run)) == 1, out
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None,
-                    reason="ONNX export needs onnxscript and onnxruntime (pip install -e '.[onnx]')")
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_bench_cpu_bf16_smoke():
+    from fairseq_sret.fairseq_patches import cpu_has_native_bf16
+
+    if not cpu_has_native_bf16():  # bf16 would be emulated: the benchmark says so and measures nothing
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_cpu_bf16", "--smoke"], cwd=REPO, env=_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("bench_cpu_bf16: error: --bf16 on the CPU") and "native bf16" in last
+        assert "bf16/fp32 per round:" not in proc.stdout
+        return
     out = run_script("bench_cpu_bf16")
     assert out.startswith("command: ") and "\nhardware: device: CPU" in out
     assert len(rows(out, "fp32")) == len(rows(out, "bf16")) == 2, out  # decoding and training
     assert out.count("bf16/fp32 per round:") == 2
 
 
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None,
+                    reason="ONNX export needs onnxscript and onnxruntime (pip install -e '.[onnx]')")
 def test_bench_onnx_smoke():
     out = run_script("bench_onnx", timeout=600)
     assert "### ONNX export" in out and len(rows(out, "sret_t")) == 1 and len(rows(out, "sret_s")) == 1
