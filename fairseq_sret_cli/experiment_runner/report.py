@@ -326,8 +326,8 @@ def mixed_devices(records: List[dict]) -> List[str]:
                    | {row for row in {r["row"] for r in done}
                       if len({tuple(r.get("trained_on") or []) for r in done if r["row"] == row}) > 1})
     text = (f"The runs trained on {len(devices)} devices ({'; '.join(devices)}; the per-seed table names each"
-            " run's): BLEU, losses and updates compare across them; CPU seconds, tokens/s and sent/s only between"
-            " runs of one device.")
+            " run's): BLEU, losses and updates compare across them; seconds (CPU and wall), tokens/s and sent/s"
+            " only between runs of one device.")
     if mixed:
         text += f" Rows whose seconds mix devices: {', '.join(f'`{m}`' for m in mixed)}."
     return ["", text]
