@@ -120,6 +120,7 @@ from torch.nn.parallel import DistributedDataParallel
 from .atomic_files import replacing
 from .nmt_checkpoints import (allowed_checkpoint_globals, check_checkpoint_file, clear_load_error,
                               not_a_fairseq_checkpoint)
+from .nmt_checkpoints import load_checkpoint as read_checkpoint  # fairseq's load_checkpoint is patched here
 
 logger = logging.getLogger(__name__)
 
@@ -724,8 +725,7 @@ def _best_checkpoint_score(cfg, trainer) -> Optional[float]:
     if not os.path.isfile(path):
         return None
     try:
-        with allowed_checkpoint_globals():
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = read_checkpoint(path, mmap=True)
     except Exception as exc:  # a damaged best checkpoint must not stop the resume
         logger.warning("could not read the best validation score of %s (%s)", path, exc)
         return None

@@ -204,15 +204,17 @@ def not_a_fairseq_checkpoint(path) -> Optional[Exception]:
 
 
 # ---------------------------------------------------------------- loading
-def load_checkpoint(path) -> dict:
-    """``torch.load`` a fairseq checkpoint onto the CPU with ``weights_only=True``.
+def load_checkpoint(path, mmap: bool = False) -> dict:
+    """``torch.load`` a fairseq checkpoint onto the CPU with ``weights_only=True``; with ``mmap``
+    the tensors are mapped from the file, read only when used (for a caller that reads the
+    checkpoint's other state).
 
     Raises :class:`CorruptCheckpointError` or :class:`UnsafeCheckpointError` (see above).
     """
     check_checkpoint_file(path)
     try:
         with allowed_checkpoint_globals():
-            return torch.load(str(path), map_location="cpu", weights_only=True)
+            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
     except (EOFError, pickle.UnpicklingError, RuntimeError, KeyError, IndexError, ValueError) as exc:
         clear = clear_load_error(path, exc)
         if clear is None:

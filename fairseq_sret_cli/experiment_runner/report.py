@@ -322,9 +322,10 @@ def mixed_devices(records: List[dict]) -> List[str]:
     devices = sorted({d for r in done for d in r.get("trained_on") or []})
     if len(devices) < 2:
         return []
-    mixed = sorted({r["row"] for r in done if len(r.get("trained_on") or []) > 1}
-                   | {row for row in {r["row"] for r in done}
-                      if len({tuple(r.get("trained_on") or []) for r in done if r["row"] == row}) > 1})
+    by_row: Dict[str, set] = {}
+    for r in done:
+        by_row.setdefault(r["row"], set()).update(r.get("trained_on") or ["–"])  # an unknown device: another one
+    mixed = sorted(row for row, on in by_row.items() if len(on) > 1)
     text = (f"The runs trained on {len(devices)} devices ({'; '.join(devices)}; the per-seed table names each"
             " run's): BLEU, losses and updates compare across them; seconds (CPU and wall), tokens/s and sent/s"
             " only between runs of one device.")
