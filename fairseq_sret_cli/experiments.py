@@ -105,7 +105,7 @@ def main(argv=None) -> int:
 
     def report(*_):
         # the whole experiment (and the seeds --seeds adds), not the --rows/--seeds selection: the
-        # runs of the other rows stay in the table and among the runs a later session counts as done
+        # runs of the other rows stay in the table and among the runs a later command counts as done
         records = collect_records(whole, output, known, args.max_update, args.max_epoch)
         used = [r for r in records if r.get("status") == "done"]
         kept = [r for r in earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
