@@ -9,7 +9,7 @@ stage 2: 196 x 128 / 252), per call, inference (no_grad) and forward+backward (g
 x, y and both coefficients; the LayerNorm's weight and bias too in the "+ LayerNorm" rows):
 
   3op        ``s * x + b * y`` then ``layer_norm``: three element-wise kernels (the code before)
-  one-op     ``torch.addcmul(s * x, b, y)`` with the lean backward (``fast_paths(fused="off")``)
+  one-op     ``torch.addcmul(s * x, b, y)`` with the lean backward (``fast_paths(lrc_one_op=True, fused="off")``)
   fused      the Triton kernel (CUDA with Triton only; ``fast_paths(fused="on")``, since the
              default keeps it for graph capture and compile): one kernel, LayerNorm included
   folded     ``x + y`` (a folded model's residual, inference only)
@@ -31,7 +31,7 @@ from fairseq_sret.core.fused import fused_kernels_active, lrc_add, lrc_add_norm
 
 SHAPES = {"SReT-T stage 1": (784, 64), "SReT-T stage 2": (196, 128), "SReT-S stage 1": (784, 126),
           "SReT-S stage 2": (196, 252)}
-MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(fused="off"), "fused": dict(fused="on")}
+MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(lrc_one_op=True, fused="off"), "fused": dict(fused="on")}
 
 
 def parse_args(argv=None):

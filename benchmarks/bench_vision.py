@@ -26,6 +26,8 @@ comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
   nofuse   no Triton kernel for residual + LRC + LayerNorm (``fast_paths(fused="off")``; the
            default already leaves it out in eager mode, so this matters under graph/compile)
   triton   the Triton kernel in eager mode too (``fast_paths(fused="on")``)
+  lean     the LRC's lean backward (one addcmul forward) on every device, CUDA training too
+           (``fast_paths(lrc_one_op=True)``; by default CUDA training takes three kernels)
   packed   sliced attention always on packed groups, never the one-kernel masked path
            (``fast_paths(grouped_one_kernel=0)``; on CUDA SReT's 196-token stage takes it)
   nodnn    no oneDNN linear at CPU inference: PyTorch's linear, bias copy and separate
@@ -35,8 +37,8 @@ comparison is like for like). A variant is ``eager`` or tokens joined by ``+``:
            grouped_one_kernel=0)``)
   stembn   the stem's BatchNorm as its own call at eval (a no-op hook on each, the code before
            ``ConvBNReLU`` folded it into the convolution)
-e.g. ``--variants 3op eager triton fold nofuse+graph``. fold, nofuse, triton, packed, nodnn, 3op and
-stembn only change our models.
+e.g. ``--variants 3op eager triton fold nofuse+graph``. fold, nofuse, triton, lean, packed, nodnn, 3op
+and stembn only change our models.
 ``--compile MODEL ...`` adds ``compile`` for the named models (``--compile-variants`` sets which:
 default ``compile``, e.g. ``compile fold+compile``).
 
@@ -70,12 +72,13 @@ NAMES = {"sret_t": "SReT-T", "sret_tl": "SReT-TL", "sret_s": "SReT-S", "sret_t_w
          "sret_s_wo_slice": "SReT-S w/o slice", "deit_tiny_patch16_224": "DeiT-T",
          "deit_small_patch16_224": "DeiT-S", "pit_ti_224": "PiT-Ti", "pit_s_224": "PiT-S"}
 TARGETS = {"infer": 1.0, "train": 0.8}
-TOKENS = ("fold", "nofuse", "triton", "packed", "nodnn", "3op", "stembn", "cl", "graph", "compile")  # a label lists its tokens in this order
-OURS_ONLY = ("fold", "nofuse", "triton", "packed", "nodnn", "3op", "stembn")
+TOKENS = ("fold", "nofuse", "triton", "lean", "packed", "nodnn", "3op", "stembn", "cl", "graph", "compile")  # a label lists its tokens in this order
+OURS_ONLY = ("fold", "nofuse", "triton", "lean", "packed", "nodnn", "3op", "stembn")
 # fast-path switches of the variant tokens (fairseq_sret.core.fast_paths)
 FAST_PATHS = {
     "nofuse": {"fused": "off"},
     "triton": {"fused": "on"},
+    "lean": {"lrc_one_op": True},
     "packed": {"grouped_one_kernel": 0},
     "nodnn": {"onednn_linear": False},
     "3op": {"lrc_one_op": False, "fused": "off", "grouped_one_kernel": 0},

@@ -10,7 +10,8 @@
 # `timeout` (min of its own limit and the time left of BUDGET seconds, default 440):
 #   vision     before/after of every fast path on SReT-T, SReT-T w/o slice and SReT-S (3op = the
 #              code before: LRC as three kernels, no Triton, packed attention groups; packed = no
-#              one-kernel attention; eager = the defaults (no Triton kernel in eager mode);
+#              one-kernel attention; eager = the defaults (no Triton kernel in eager mode,
+#              three-kernel LRC in training); lean = the LRC's lean backward in training too;
 #              triton = the Triton kernel in eager mode too; fold = fold_lrc), each against
 #              DeiT-T / DeiT-S eager; inference batch 256 + training batch 128, bf16 autocast;
 #              torch.profiler tables of SReT-T (eager and folded) and DeiT-T
@@ -107,7 +108,7 @@ if [[ "$SMOKE" == 1 ]]; then
 else
     DEV=(--device cuda)
     VISION=(--models sret_t deit_tiny_patch16_224 sret_t_wo_slice:eager,fold sret_s:3op,eager,triton,fold
-            deit_small_patch16_224 --variants 3op packed eager triton fold --timm-variants eager
+            deit_small_patch16_224 --variants 3op packed eager lean triton fold --timm-variants eager
             --warmup 3 --iters 10 --rounds 3 --time-budget 120 --profile sret_t sret_t:fold deit_tiny_patch16_224)
     GRAPH=(--models sret_t deit_tiny_patch16_224 --modes infer --variants eager graph nofuse+graph fold+graph
            --timm-variants eager graph --warmup 3 --iters 10 --rounds 3 --time-budget 40)

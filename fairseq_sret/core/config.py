@@ -5,7 +5,10 @@
 The switches (:class:`FastPaths`):
 
 - ``lrc_one_op``: an LRC residual ``s * x + b * y`` as one ``addcmul`` with a lean backward
-  (True) or as the three-kernel expression (:mod:`.fused`);
+  (True), as the three-kernel expression (False), or :data:`LRC_ONE_OP_AUTO`: one ``addcmul``
+  at inference everywhere, and the lean backward only for CPU tensors; CUDA tensors that need
+  gradients take the three-kernel expression, whose autograd backward trained whole models
+  faster on the GPUs measured (:mod:`.fused`);
 - ``fused``: the Triton residual + LRC + LayerNorm kernel: :data:`FUSED_AUTO` (CUDA tensors
   under ``torch.compile`` or a CUDA-graph capture, where its per-call host cost is paid once;
   PyTorch in eager mode, faster there on the GPUs measured), :data:`FUSED_ON` (CUDA tensors,
@@ -27,20 +30,21 @@ guards on it like on any global.
 
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import torch
 import torch.fx
 
 FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE = "auto", "on", "off", "force"
 FUSED_MODES = (FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE)
+LRC_ONE_OP_AUTO = "auto"
 
 
 @dataclass(frozen=True)
 class FastPaths:
     """The run-time choices of the fast paths (see the module docstring)."""
 
-    lrc_one_op: bool = True
+    lrc_one_op: Union[bool, str] = LRC_ONE_OP_AUTO
     fused: str = FUSED_AUTO
     grouped_one_kernel: Optional[int] = None
     onednn_linear: bool = True
@@ -59,6 +63,8 @@ def set_fast_paths(**changes) -> FastPaths:
     global _FAST
     if "fused" in changes and changes["fused"] not in FUSED_MODES:
         raise ValueError(f"fused must be one of {FUSED_MODES}, got {changes['fused']!r}")
+    if "lrc_one_op" in changes and changes["lrc_one_op"] not in (True, False, LRC_ONE_OP_AUTO):
+        raise ValueError(f"lrc_one_op must be True, False or {LRC_ONE_OP_AUTO!r}, got {changes['lrc_one_op']!r}")
     previous = _FAST
     _FAST = replace(_FAST, **changes)
     return previous

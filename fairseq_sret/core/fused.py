@@ -19,14 +19,18 @@ both, in the shape of FlashAttention's ``ops/triton/layer_norm.py`` (``prenorm=T
   * otherwise PyTorch: ``torch.addcmul(skip_scale * x, branch_scale, y)``, two element-wise
     kernels instead of three (the same products and sum; addcmul rounds ``b * y + s * x``
     once where the three-kernel form rounds twice), with a backward of two multiplies and
-    two dot products (:class:`_LRCAdd`) when gradients are needed, then the LayerNorm module.
+    two dot products (:class:`_LRCAdd`) when gradients are needed (CPU tensors; CUDA tensors
+    that need gradients take the three-kernel expression and autograd's backward, which
+    trained faster on the GPUs measured: docs/benchmarks/fast_paths.md), then the LayerNorm
+    module.
 
 Scales are a one-element tensor (a learnable LRC coefficient, gradients flow to it), a
 Python float (a constant, e.g. after :func:`fairseq_sret.core.fold_lrc`) or None (1).
 
 :func:`fairseq_sret.core.config.fast_paths` switches the choices (benchmarks measure
 before/after in one process): ``lrc_one_op=False`` restores the three-kernel
-``skip_scale * x + branch_scale * y``; ``fused="off"`` never uses Triton, ``"on"`` uses it in
+``skip_scale * x + branch_scale * y``, ``lrc_one_op=True`` takes the lean backward on every
+device; ``fused="off"`` never uses Triton, ``"on"`` uses it in
 eager mode too, ``"force"`` for CPU tensors too (tests, under ``TRITON_INTERPRET=1``). Triton stays optional
 (``pip install fairseq-sret[kernels]``).
 """
@@ -42,7 +46,7 @@ from torch import Tensor, nn
 from torch.nn.modules import module as _hooks
 
 from .config import (
-    FUSED_AUTO, FUSED_FORCE, FUSED_OFF, get_fast_paths, is_capturing_cuda_graph, is_compiling, is_exporting,
+    FUSED_AUTO, FUSED_FORCE, FUSED_OFF, LRC_ONE_OP_AUTO, get_fast_paths, is_capturing_cuda_graph, is_compiling, is_exporting,
     is_fx_tracing,
 )
 
@@ -101,15 +105,22 @@ class _LRCAdd(torch.autograd.Function):
         return dx, dy, ds, db
 
 
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+
+
 def _lrc_add_torch(x: Tensor, y: Tensor, skip_scale: Scale, branch_scale: Scale) -> Tensor:
     if skip_scale is None and branch_scale is None:
         return x + y
-    if not get_fast_paths().lrc_one_op:
+    one_op = get_fast_paths().lrc_one_op
+    if not one_op:
+        return lrc_add_ref(x, y, skip_scale, branch_scale)
+    training = _needs_grad(x, y, skip_scale, branch_scale)
+    if training and one_op == LRC_ONE_OP_AUTO and x.device.type != "cpu" and not is_compiling():
         return lrc_add_ref(x, y, skip_scale, branch_scale)
     if (
-        isinstance(skip_scale, Tensor) and isinstance(branch_scale, Tensor) and torch.is_grad_enabled()
+        training and isinstance(skip_scale, Tensor) and isinstance(branch_scale, Tensor)
         and not is_compiling() and x.shape == y.shape and skip_scale.numel() == branch_scale.numel() == 1
-        and (x.requires_grad or y.requires_grad or skip_scale.requires_grad or branch_scale.requires_grad)
     ):
         return _LRCAdd.apply(x, y, skip_scale, branch_scale)
     if isinstance(branch_scale, Tensor):

@@ -74,6 +74,35 @@ def test_lrc_one_op_counts_two_kernels_not_three():
     assert sorted(ops) == ["aten::addcmul", "aten::mul"], ops
 
 
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("one_op", ["auto", True, False])
+def test_lrc_backward_per_device(device, one_op):
+    """The lean backward (_LRCAdd) runs for CPU tensors, and for others only with
+    lrc_one_op=True; by default ("auto") a non-CPU tensor that needs gradients takes the
+    three-kernel expression (the meta device stands in for CUDA: same dispatch, no data)."""
+    lrc = LearnableResidual(True).to(device)
+    x, y = torch.randn(3, 5, 16, device=device), torch.randn(3, 5, 16, device=device)
+    with fast_paths(lrc_one_op=one_op):
+        out = lrc(x, y)
+        with torch.no_grad():
+            inference = lrc(x, y)
+    lean = one_op is True or (one_op == "auto" and device == "cpu")
+    assert (type(out.grad_fn).__name__ == "_LRCAddBackward") == lean, out.grad_fn
+    if one_op is False:
+        assert type(out.grad_fn).__name__ == "AddBackward0"
+    else:
+        assert type(out.grad_fn).__name__ in ("_LRCAddBackward", "AddBackward0")
+    assert inference.grad_fn is None and inference.shape == x.shape
+    if device == "cpu":
+        torch.testing.assert_close(out, lrc.skip_scale * x + lrc.branch_scale * y, rtol=2e-7, atol=1e-6)
+
+
+def test_lrc_one_op_refuses_unknown_values():
+    with pytest.raises(ValueError, match="lrc_one_op"):
+        config.set_fast_paths(lrc_one_op="sometimes")
+    assert config.get_fast_paths().lrc_one_op == "auto"
+
+
 @pytest.mark.parametrize("skip_kind,branch_kind", SCALE_KINDS)
 def test_gradcheck_pytorch_path(skip_kind, branch_kind):
     torch.manual_seed(0)
