@@ -27,6 +27,8 @@
 #              (bf16: --precisions), sret_transformer_iwslt_de_en vs pre-LN transformer_iwslt_de_en; fairseq is
 #              installed from the git-ignored .gpu-kit/ of the checkout (a copy of
 #              ../shared/gpu-kit; pass it with the run's carry) when it is not importable
+#              then benchmarks.bench_nmt (fp32): the same two models built in one process, training
+#              step and beam-5 generation timed round-robin, with torch.profiler tables of each
 #   compile    torch.compile (channels-last, default mode) of SReT-T and DeiT-T, inference then
 #              training, as the remaining time allows, against eager in the same process
 #   compile_more  the same for SReT-S / DeiT-S and the folded SReT-T, only with > 2 minutes left
@@ -102,6 +104,7 @@ if [[ "$SMOKE" == 1 ]]; then
     ATTENTION=(--smoke --skip-parity)
     LRC=(--smoke)
     NMT=(--smoke)
+    DECODE=(--smoke --profile --no-memory)
     COMPILE=()
     COMPILE_MORE=()
     [[ "${SMOKE_COMPILE:-0}" == 1 ]] && COMPILE=(--smoke --models sret_t --variants eager --compile sret_t)
@@ -122,6 +125,9 @@ else
                --one-kernel-lengths 32 64 128 256 512 --one-kernel-groups 2 8)
     LRC=(--dtype bfloat16)
     NMT=(--precisions fp16)  # fp16 and bf16 together outrun the step's limit
+    # the models of the nmt step in one process, with torch.profiler tables of a training step
+    # and of a beam-5 generation batch: where SReT's decoding time goes on the GPU
+    DECODE=(--gen-batch 64 --warmup 1 --iters 2 --rounds 3 --profile)
     # compiled vs compiled: SReT-T and DeiT-T, inference first, then training; eager rows of both
     # again in the same process. compile_more (the S pair, the folded SReT-T) runs when time is
     # left, e.g. in a second call: GPU_BENCH_STEPS=compile_more BUDGET=420 OUT=... bash benchmarks/gpu_bench.sh
@@ -157,6 +163,9 @@ if selected nmt; then
         fi
     fi
     step nmt 200 "$PY" -m benchmarks.bench_fairseq_cli --work "$WORK/nmt" "${NMT[@]}"
+    # then the Python-level benchmark, appended to nmt.txt (the device returns at most 8 files)
+    selected nmt && echo "--- nmt: benchmarks.bench_nmt, the same models in one process, profiled" >> "$OUT/nmt.txt"
+    step nmt 90 "$PY" -m benchmarks.bench_nmt "${DECODE[@]}" "${DEV[@]}"
 fi
 
 SAN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)"
