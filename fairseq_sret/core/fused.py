@@ -46,8 +46,8 @@ from torch import Tensor, nn
 from torch.nn.modules import module as _hooks
 
 from .config import (
-    FUSED_AUTO, FUSED_FORCE, FUSED_OFF, LRC_ONE_OP_AUTO, get_fast_paths, is_capturing_cuda_graph, is_compiling, is_exporting,
-    is_fx_tracing,
+    FUSED_AUTO, FUSED_FORCE, FUSED_OFF, LRC_ONE_OP_AUTO, get_fast_paths, is_capturing_cuda_graph, is_compiling,
+    is_exporting, is_fx_tracing,
 )
 
 Scale = Union[None, float, Tensor]
