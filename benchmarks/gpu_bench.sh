@@ -110,7 +110,7 @@ if [[ "$SMOKE" == 1 ]]; then
     [[ "${SMOKE_COMPILE:-0}" == 1 ]] && COMPILE=(--smoke --models sret_t --variants eager --compile sret_t)
 else
     DEV=(--device cuda)
-    VISION=(--models sret_t deit_tiny_patch16_224 sret_t_wo_slice:eager,fold sret_s:3op,eager,triton,fold
+    VISION=(--models sret_t deit_tiny_patch16_224 sret_t_wo_slice:eager,fold sret_s:3op,packed,eager,triton,fold
             deit_small_patch16_224 --variants 3op packed eager lean triton fold --timm-variants eager
             --warmup 3 --iters 10 --rounds 3 --time-budget 120 --profile sret_t sret_t:fold deit_tiny_patch16_224)
     GRAPH=(--models sret_t deit_tiny_patch16_224 --modes infer --variants eager graph nofuse+graph fold+graph
