@@ -315,20 +315,29 @@ def close_rows(rows: List[dict], columns: Sequence[Tuple[str, str]]) -> List[str
             " with 2 or more seeds): their seeds cannot tell them apart there, and a further seed is due:", ""] + found
 
 
+def row_devices(records: List[dict]) -> Dict[str, List[str]]:
+    """Each row's devices (those its finished runs trained on; an unknown one counts as
+    another) when the finished runs trained on more than one device; else empty."""
+    done = [r for r in records if r.get("status") == "done"]
+    if len({d for r in done for d in r.get("trained_on") or []}) < 2:
+        return {}
+    by_row: Dict[str, set] = {}
+    for r in done:
+        by_row.setdefault(r["row"], set()).update(r.get("trained_on") or ["device unknown"])
+    return {row: sorted(on) for row, on in by_row.items()}
+
+
 def mixed_devices(records: List[dict]) -> List[str]:
     """Markdown lines when the finished runs trained on more than one device: their seconds
     (and a resumed run's, when it moved) are not one processor's, so say which rows mix them."""
-    done = [r for r in records if r.get("status") == "done"]
-    devices = sorted({d for r in done for d in r.get("trained_on") or []})
-    if len(devices) < 2:
+    by_row = row_devices(records)
+    if not by_row:
         return []
-    by_row: Dict[str, set] = {}
-    for r in done:
-        by_row.setdefault(r["row"], set()).update(r.get("trained_on") or ["–"])  # an unknown device: another one
+    devices = sorted({d for r in records if r.get("status") == "done" for d in r.get("trained_on") or []})
     mixed = sorted(row for row, on in by_row.items() if len(on) > 1)
     text = (f"The runs trained on {len(devices)} devices ({'; '.join(devices)}; the per-seed table names each"
             " run's): BLEU, losses and updates compare across them; seconds (CPU and wall), tokens/s and sent/s"
-            " only between runs of one device.")
+            " only between runs of one device; the figures name each row's devices.")
     if mixed:
         text += f" Rows whose seconds mix devices: {', '.join(f'`{m}`' for m in mixed)}."
     return ["", text]
@@ -400,6 +409,11 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     subset_name = _subset_names(records).get(subset, subset)
     kinds = evaluation_keys(experiment)
     paths = {}
+    on_devices = row_devices(records)
+
+    def named(row_id: str, text: str) -> str:
+        """A legend label, with the row's device(s) when the runs trained on several."""
+        return f"{text}, {' + '.join(on_devices[row_id])}" if row_id in on_devices else text
 
     def new_figure(title: str, width: float = 9.5, height: float = 5.0, panels: int = 1):
         fig, axes = plt.subplots(1, panels, figsize=(width, height), squeeze=False)
@@ -427,7 +441,7 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         color, mark = styles[row["id"]]
         axis.errorbar(x["mean"] / x_scale, y["mean"], xerr=(x.get("std") or 0) / x_scale, yerr=y.get("std") or 0,
                       fmt=mark, color=color, capsize=3, mfc="none" if hollow else color,
-                      label=label or f"{row['id']} ({_seeds(len(row['seeds_done']))})")
+                      label=named(row["id"], label or f"{row['id']} ({_seeds(len(row['seeds_done']))})"))
 
     def decoded(row: dict) -> List[str]:
         """The evaluation keys (checkpoint @ variant) this row has a BLEU for."""
@@ -440,7 +454,7 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
         if not curve or record.get("row") not in styles:
             continue
         color, _ = styles[record["row"]]
-        label = None if record["row"] in labelled else record["row"]
+        label = None if record["row"] in labelled else named(record["row"], record["row"])
         labelled.add(record["row"])
         by_update.plot([p["update"] for p in curve], [p["valid_loss"] for p in curve], color=color)
         by_time.plot([p["seconds"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
@@ -484,7 +498,7 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
             if not points:
                 continue
             color, mark = styles[record["row"]]
-            label = None if record["row"] in labelled else record["row"]
+            label = None if record["row"] in labelled else named(record["row"], record["row"])
             labelled.add(record["row"])
             axis.plot([x for x, _ in points], [y for _, y in points], mark + "-", color=color, label=label,
                       markersize=4)

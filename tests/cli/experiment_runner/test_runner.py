@@ -97,7 +97,7 @@ def test_the_report_names_the_rows_whose_seeds_cannot_tell_them_apart():
 
 
 def test_the_report_says_when_runs_trained_on_several_devices():
-    from fairseq_sret_cli.experiment_runner.report import mixed_devices
+    from fairseq_sret_cli.experiment_runner.report import mixed_devices, row_devices
 
     amd, xeon = "CPU AMD EPYC", "CPU Intel(R) Xeon(R) Processor"
     runs = [{"row": "a", "seed": 1, "status": "done", "trained_on": [amd]},
@@ -108,6 +108,8 @@ def test_the_report_says_when_runs_trained_on_several_devices():
     text = " ".join(mixed_devices(runs))
     assert f"2 devices ({amd}; {xeon}" in text and "Rows whose seconds mix devices: `a`, `c`." in text
     assert mixed_devices([runs[0], runs[2]]) == [] and mixed_devices([runs[0], runs[4]]) == []
+    assert row_devices(runs) == {"a": [amd, xeon], "b": [amd], "c": [amd, xeon]}  # "d" is not done
+    assert row_devices([runs[0], runs[2]]) == {}
 
 
 def minimal(**changes):
