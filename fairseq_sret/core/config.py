@@ -6,9 +6,9 @@ The switches (:class:`FastPaths`):
 
 - ``lrc_one_op``: an LRC residual ``s * x + b * y`` as one ``addcmul`` with a lean backward
   (True), as the three-kernel expression (False), or :data:`LRC_ONE_OP_AUTO`: one ``addcmul``
-  at inference everywhere, and the lean backward only for CPU tensors; CUDA tensors that need
-  gradients take the three-kernel expression, whose autograd backward trained whole models
-  faster on the GPUs measured (:mod:`.fused`);
+  at inference everywhere, and the lean backward only for CPU tensors; tensors on other
+  devices (CUDA) that need gradients take the three-kernel expression, whose autograd backward
+  trained whole models faster on the GPUs measured (:mod:`.fused`);
 - ``fused``: the Triton residual + LRC + LayerNorm kernel: :data:`FUSED_AUTO` (CUDA tensors
   under ``torch.compile`` or a CUDA-graph capture, where its per-call host cost is paid once;
   PyTorch in eager mode, faster there on the GPUs measured), :data:`FUSED_ON` (CUDA tensors,
