@@ -31,7 +31,8 @@ from fairseq_sret.core.fused import fused_kernels_active, lrc_add, lrc_add_norm
 
 SHAPES = {"SReT-T stage 1": (784, 64), "SReT-T stage 2": (196, 128), "SReT-S stage 1": (784, 126),
           "SReT-S stage 2": (196, 252)}
-MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(lrc_one_op=True, fused="off"), "fused": dict(fused="on")}
+MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(lrc_one_op=True, fused="off"),
+         "fused": dict(fused="on")}
 
 
 def parse_args(argv=None):

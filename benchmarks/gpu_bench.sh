@@ -164,7 +164,7 @@ if selected nmt; then
     fi
     step nmt 200 "$PY" -m benchmarks.bench_fairseq_cli --work "$WORK/nmt" "${NMT[@]}"
     # then the Python-level benchmark, appended to nmt.txt (the device returns at most 8 files)
-    selected nmt && echo "--- nmt: benchmarks.bench_nmt, the same models in one process, profiled" >> "$OUT/nmt.txt"
+    echo "--- nmt: benchmarks.bench_nmt, the same models in one process, profiled" >> "$OUT/nmt.txt"
     step nmt 90 "$PY" -m benchmarks.bench_nmt "${DECODE[@]}" "${DEV[@]}"
 fi
 
