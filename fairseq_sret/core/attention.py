@@ -247,6 +247,8 @@ class SlicedGroupAttention(nn.Module):
         valid = None if key_padding_mask is None else ~key_padding_mask
         if mode != "random" and length <= self._one_kernel_max_length(qkv.device, valid is not None):
             return self._forward_grouped_masked(qkv, valid, mode, groups)
+        if mode == "random" and valid is None and not self.causal and length % groups == 0:
+            return self._forward_grouped_shuffled(qkv, groups)
         # Without padding, equal slices are plain reshapes (no gather, no index tensors):
         # contiguous slice g holds positions g*S .. g*S+S-1, strided group g positions
         # g, g+G, g+2G, ... (position s*G+g is slot s of group g).
@@ -302,6 +304,22 @@ class SlicedGroupAttention(nn.Module):
         if valid is not None:
             out = out * valid.unsqueeze(-1).to(out.dtype)
         return out
+
+    def _forward_grouped_shuffled(self, qkv: Tensor, groups: int) -> Tensor:
+        """The random partition of unpadded tokens into equal groups, as the official code
+        draws it: one random permutation of the positions, whose consecutive slices are the
+        groups. The same groups as :func:`~fairseq_sret.core.partition.compute_partition`
+        draws from the same random numbers; only the order inside a group differs, which
+        non-causal attention does not see. Four operations (draw, sort, gather, scatter back)
+        instead of the general partition's dozens. qkv: (B, L, 3C) -> (B, L, C) before out_proj."""
+        batch, length, _ = qkv.shape
+        width, channels = length // groups, self.embed_dim
+        order = torch.rand(length, device=qkv.device).argsort()
+        packed = qkv.index_select(1, order).view(batch * groups, width, 3, self.num_heads, self.head_dim)
+        gq, gk, gv = packed.permute(2, 0, 3, 1, 4).unbind(0)
+        out = self._attend(gq, gk, gv, None, is_causal=False)  # (B*G, H, S, d)
+        out = out.permute(0, 2, 1, 3).reshape(batch, length, channels)  # slot order
+        return torch.empty_like(out).index_copy_(1, order, out)
 
     @staticmethod
     def _one_kernel_max_length(device: torch.device, padded: bool) -> int:

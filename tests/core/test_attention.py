@@ -107,6 +107,35 @@ def test_random_partition_is_fresh_in_training():
     assert not torch.allclose(outs[0], outs[1]) or not torch.allclose(outs[1], outs[2])
 
 
+
+def random_groups_reference(attn, x, groups, seed):
+    """The official random partition: the slices of one permutation drawn as ``torch.rand``
+    keys sorted, each slice attended alone (1-group attention) and put back in place."""
+    torch.manual_seed(seed)
+    order = torch.rand(x.size(1)).argsort()
+    one = make()
+    one.load_state_dict(attn.state_dict())
+    out = torch.empty_like(x)
+    for idx in order.tensor_split(groups):
+        out[:, idx] = one(x[:, idx])
+    return out, one
+
+
+@pytest.mark.parametrize("groups,length", [(2, 8), (4, 12), (3, 10), (4, 6)])
+def test_random_partition_groups_are_the_slices_of_one_permutation(groups, length):
+    # equal groups (L divisible by G) take the permutation directly; others the general packing
+    attn = make(groups, "random").train()
+    x = torch.randn(2, length, C, requires_grad=True)
+    torch.manual_seed(5)
+    out = attn(x)
+    ref, one = random_groups_reference(attn, x, groups, seed=5)
+    assert (out - ref).abs().max() <= 1e-5
+    weights = torch.randn_like(out)
+    got = torch.autograd.grad((out * weights).sum(), (x, attn.qkv.weight))
+    want = torch.autograd.grad((ref * weights).sum(), (x, one.qkv.weight))
+    for a, b in zip(got, want):
+        assert (a - b).abs().max() <= 1e-5
+
 def dependency_matrix(attn, x, recursion=0, kpm=None, seed=None):
     """D[i, j] = True when output token i has a non-zero gradient w.r.t. input token j."""
     length = x.size(1)
