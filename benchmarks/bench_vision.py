@@ -180,13 +180,15 @@ def timm_available() -> bool:
         return False
 
 
-def build(name, img_size=None):
-    """Our model ``name`` or timm's, untrained, at ``img_size`` (None: the model's own)."""
+def build(name, img_size=None, **kwargs):
+    """Our model ``name`` or timm's, untrained, at ``img_size`` (None: the model's own);
+    ``kwargs`` (e.g. ``drop_path_rate``) go to the model's constructor."""
     if is_model(name):
-        return create_model(name) if img_size is None else create_model(name, img_size=img_size)
+        return create_model(name, **kwargs) if img_size is None else create_model(name, img_size=img_size, **kwargs)
     import timm
 
-    kwargs = {} if img_size in (None, 224) else {"img_size": img_size}
+    if img_size not in (None, 224):
+        kwargs["img_size"] = img_size
     return timm.create_model(name, pretrained=False, **kwargs)
 
 

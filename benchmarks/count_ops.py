@@ -12,7 +12,9 @@ Triton kernel) counts once.
 
 - vision: one eval forward (ours also as the inference copy of ``fold_lrc``, the LRC
   coefficients folded into weights), and one training step (forward, cross-entropy,
-  backward; no optimizer) of a batch of 2 images; timm's models (``deit_tiny_patch16_224``,
+  backward; no optimizer) of a batch of 2 images, twice: every model with stochastic depth
+  0.1 (the rate DeiT-T and SReT-T train with; each draw and rescale of a kept branch is
+  operations too) and every model without it; timm's models (``deit_tiny_patch16_224``,
   ...) when timm imports;
 - translation: one incremental decoder step (beam 5, the 6th target token, caches filled),
   of SReT tiny (2 unique layers x 2 recursions per side) against fairseq's transformer at
@@ -73,6 +75,10 @@ def count(step: Callable[[], None]) -> OpCounter:
 
 
 # ---------------------------------------------------------------- vision
+#: stochastic depth of the training steps counted: the rate DeiT-T and SReT-T train with, and none
+TRAIN_DROP_PATHS = (0.1, 0.0)
+
+
 def vision_counts(name: str, batch: int = 2) -> Dict[str, OpCounter]:
     torch.manual_seed(0)
     from benchmarks.bench_vision import build
@@ -93,13 +99,14 @@ def vision_counts(name: str, batch: int = 2) -> Dict[str, OpCounter]:
         with torch.inference_mode():
             folded(images)
             counts["eval forward, fold_lrc"] = count(lambda: folded(images))
-    model.train()
-    model(images)
+    for rate in TRAIN_DROP_PATHS:
+        trained = build(name, drop_path_rate=rate).train()
+        trained(images)
 
-    def train_step():
-        F.cross_entropy(model(images), labels).backward()
+        def train_step():
+            F.cross_entropy(trained(images), labels).backward()
 
-    counts["training step"] = count(train_step)
+        counts[f"training step, drop path {rate}"] = count(train_step)
     return counts
 
 
@@ -159,22 +166,23 @@ def main(argv=None) -> int:
             print(f"{name}: skipped ({exc})", file=sys.stderr)
             continue
         folded = counts.get("eval forward, fold_lrc")
-        rows.append([name, counts["eval forward"].total, folded.total if folded else None,
-                     counts["training step"].total])
+        rows.append([name, counts["eval forward"].total, folded.total if folded else None]
+                    + [counts[f"training step, drop path {rate}"].total for rate in TRAIN_DROP_PATHS])
         details[name] = counts["eval forward"]
     if rows:
         base = {r[0]: r for r in rows}
         table = []
-        for name, infer, folded, train in rows:
+        for name, infer, folded, *train in rows:
             ref = base.get("deit_tiny_patch16_224" if "_t" in name or "tiny" in name else "deit_small_patch16_224")
 
             def ratio(n, column):
                 return f"{n / ref[column]:.2f}x" if ref and ref[0] != name and n is not None else ""
 
-            table.append([name, str(infer), ratio(infer, 1), "" if folded is None else str(folded),
-                          ratio(folded, 1), str(train), ratio(train, 3)])
+            table.append([name, str(infer), ratio(infer, 1), "" if folded is None else str(folded), ratio(folded, 1)]
+                         + [cell for i, n in enumerate(train) for cell in (str(n), ratio(n, 3 + i))])
         print_table("Vision: kernel-launching operations (batch 2)",
-                    ["model", "eval forward", "vs DeiT", "eval, fold_lrc", "vs DeiT", "training step", "vs DeiT"],
+                    ["model", "eval forward", "vs DeiT", "eval, fold_lrc", "vs DeiT"]
+                    + [h for rate in TRAIN_DROP_PATHS for h in (f"training step, drop path {rate}", "vs DeiT")],
                     table)
 
     if args.nmt:
