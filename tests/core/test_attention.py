@@ -107,7 +107,6 @@ def test_random_partition_is_fresh_in_training():
     assert not torch.allclose(outs[0], outs[1]) or not torch.allclose(outs[1], outs[2])
 
 
-
 def random_groups_reference(attn, x, groups, seed):
     """The official random partition: the slices of one permutation drawn as ``torch.rand``
     keys sorted, each slice attended alone (1-group attention) and put back in place."""
@@ -135,6 +134,7 @@ def test_random_partition_groups_are_the_slices_of_one_permutation(groups, lengt
     want = torch.autograd.grad((ref * weights).sum(), (x, one.qkv.weight))
     for a, b in zip(got, want):
         assert (a - b).abs().max() <= 1e-5
+
 
 def dependency_matrix(attn, x, recursion=0, kpm=None, seed=None):
     """D[i, j] = True when output token i has a non-zero gradient w.r.t. input token j."""
