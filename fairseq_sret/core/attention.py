@@ -273,10 +273,6 @@ class SlicedGroupAttention(nn.Module):
                 packed = qkv.index_select(1, slots[0])
             else:
                 packed = qkv.gather(1, slots.unsqueeze(-1).expand(-1, -1, 3 * channels))
-        # (B, G*S, 3C) -> 3 x (B*G, H, S, d)
-        packed = packed.reshape(batch * groups, width, 3, self.num_heads, self.head_dim)
-        gq, gk, gv = packed.permute(2, 0, 3, 1, 4).unbind(0)
-
         mask = None
         # Unpadded: every slot holds a token exactly when G divides L (groups of ceil(L/G)
         # or one fewer), known without reading slot_valid (no device-to-host sync).
@@ -290,8 +286,7 @@ class SlicedGroupAttention(nn.Module):
                 # positions increase inside a group and empty slots sit at the end, so the
                 # slot order is the causal order
                 mask = mask & torch.ones(width, width, dtype=torch.bool, device=qkv.device).tril()
-        out = self._attend(gq, gk, gv, mask, is_causal=self.causal and mask is None)
-        out = out.permute(0, 2, 1, 3)  # (B*G, S, H, d)
+        out = self._attend_slices(packed.reshape(batch * groups, width, 3 * channels), mask)
         if layout == "contiguous":
             return out.reshape(batch, length, channels)
         if layout == "strided":
@@ -315,11 +310,16 @@ class SlicedGroupAttention(nn.Module):
         batch, length, _ = qkv.shape
         width, channels = length // groups, self.embed_dim
         order = torch.rand(length, device=qkv.device).argsort()
-        packed = qkv.index_select(1, order).view(batch * groups, width, 3, self.num_heads, self.head_dim)
-        gq, gk, gv = packed.permute(2, 0, 3, 1, 4).unbind(0)
-        out = self._attend(gq, gk, gv, None, is_causal=False)  # (B*G, H, S, d)
-        out = out.permute(0, 2, 1, 3).reshape(batch, length, channels)  # slot order
+        packed = qkv.index_select(1, order).view(batch * groups, width, 3 * channels)
+        out = self._attend_slices(packed, None).reshape(batch, length, channels)  # slot order
         return torch.empty_like(out).index_copy_(1, order, out)
+
+    def _attend_slices(self, packed: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """Attention inside each slice: packed (N, S, 3C) projected q/k/v of N slices (groups)
+        of S slots, mask None or broadcastable to (N, H, S, S) -> (N, S, H, d)."""
+        slices, width, _ = packed.shape
+        q, k, v = packed.view(slices, width, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        return self._attend(q, k, v, mask, is_causal=self.causal and mask is None).permute(0, 2, 1, 3)
 
     @staticmethod
     def _one_kernel_max_length(device: torch.device, padded: bool) -> int:
