@@ -19,7 +19,12 @@ Triton kernel) counts once.
 - translation: one incremental decoder step (beam 5, the 6th target token, caches filled),
   of SReT tiny (2 unique layers x 2 recursions per side) against fairseq's transformer at
   the same width with 2+2 (equal unique layers) and 4+4 (equal layer applications) layers,
-  and SReT tiny without NLLs (``--nll-ratio 0``: the applications alone).
+  and SReT tiny without NLLs (``--nll-ratio 0``: the applications alone); and one step of
+  fairseq's beam search (``SequenceGenerator``: the decoder step, the output layer, the
+  search and the reordering of every cache), the difference of two whole generations
+  whose hypotheses are forced to two lengths, with its host reads: the operations whose
+  value or output size the host must read (``.item()``, ``bool(tensor)``, ``nonzero``,
+  ``masked_select``), each one a wait for the device to finish on a GPU.
 """
 
 import argparse
@@ -44,6 +49,10 @@ NO_KERNEL = {
 }
 
 
+#: operations whose result the host reads before it can go on (a device synchronisation on a GPU)
+HOST_READS = {"_local_scalar_dense", "item", "is_nonzero", "nonzero", "masked_select", "equal"}
+
+
 class OpCounter(TorchDispatchMode):
     """Counts the kernel-launching ATen operations dispatched while active, by name."""
 
@@ -66,6 +75,10 @@ class OpCounter(TorchDispatchMode):
     @property
     def total(self) -> int:
         return sum(self.ops.values())
+
+    @property
+    def host_reads(self) -> int:
+        return sum(n for name, n in self.ops.items() if name in HOST_READS)
 
 
 def count(step: Callable[[], None]) -> OpCounter:
@@ -143,6 +156,37 @@ def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int 
         return count(lambda: model.decoder(prev[:, :step], encoder_out=encoder_out, incremental_state=state))
 
 
+def beam_step_counts(arch: str, overrides: dict, beam: int = 5, sentences: int = 4, src_len: int = 20,
+                     lengths=(8, 16), vocab: int = 8000) -> OpCounter:
+    """The ops of one step of fairseq's beam search, averaged: the ops of generating
+    ``sentences`` translations forced to ``lengths[1]`` tokens minus those forced to
+    ``lengths[0]``, over the steps in between (the encoder and the setup cancel)."""
+    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq_sret_cli.toy import ToyTask, build_model
+
+    torch.manual_seed(0)
+    task = ToyTask.of_dictionary_size(vocab)
+    model = build_model(arch, task=task, **TINY, **overrides).eval()
+    d = task.source_dictionary
+    src = torch.randint(d.nspecial, len(d), (sentences, src_len))
+    src[:, -1] = d.eos()
+    sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((sentences,), src_len)}}
+    counts = []
+    for length in lengths:
+        generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0,
+                                      max_len_b=length, min_len=length)
+        with torch.inference_mode():
+            generator.forward(sample)  # first call outside the count, as for the other counts
+            counts.append(count(lambda: generator.forward(sample)))
+    per_step = OpCounter()
+    steps = lengths[1] - lengths[0]
+    for name, n in (counts[1].ops - counts[0].ops).items():
+        if n % steps:
+            raise RuntimeError(f"{arch}: {n} {name} operations over {steps} beam steps is not the same per step")
+        per_step.ops[name] = n // steps
+    return per_step
+
+
 # ---------------------------------------------------------------- report
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -189,12 +233,16 @@ def main(argv=None) -> int:
         nmt_rows = []
         for label, (arch, overrides) in NMT_MODELS.items():
             counter = decoder_step_counts(arch, overrides)
-            nmt_rows.append([label, counter.total])
+            search = beam_step_counts(arch, overrides)
+            nmt_rows.append([label, counter.total, search.total, search.host_reads])
             details[label] = counter
-        ref = dict(nmt_rows)["transformer 4+4 post-LN"]
-        print_table("Translation: kernel-launching operations per decoder step (beam 5, width 256, step 6)",
-                    ["model", "ops per step", "vs transformer 4+4"],
-                    [[label, str(n), f"{n / ref:.2f}x"] for label, n in nmt_rows])
+        ref = {row[0]: row for row in nmt_rows}["transformer 4+4 post-LN"]
+        print_table("Translation: kernel-launching operations per decoder step (beam 5, width 256, step 6) and "
+                    "per step of fairseq's beam search (4 sentences x beam 5, steps 9-16)",
+                    ["model", "decoder step", "vs transformer 4+4", "beam-search step", "vs transformer 4+4",
+                     "host reads per beam-search step"],
+                    [[label, str(n), f"{n / ref[1]:.2f}x", str(m), f"{m / ref[2]:.2f}x", str(reads)]
+                     for label, n, m, reads in nmt_rows])
 
     for name in args.by_op:
         if name not in details:
