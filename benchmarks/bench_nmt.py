@@ -25,6 +25,12 @@ forward GFLOPs of the training batch (torch's flop counter) and the peak memory 
 (CPU: torch profiler allocations; CUDA: the allocator's peak).
 Targets: training >= 0.95x, generation >= 0.90x of fairseq's speed.
 
+``--compile-decoder`` adds two generation rows: fairseq's model with every decoder layer
+compiled (``layer.compile(dynamic=True)``) and SReT with its shared decoder layers compiled
+(``compile_shared_layers(model.decoder, dynamic=True)``: one graph per shared layer, reused by
+its recursions), each a copy of the eager model's weights; the first batch's time (the
+compilation) and whether the hypotheses equal the eager model's are printed.
+
 ``--before`` adds the row "sret, before": the same weights as "sret", run the way the code ran
 before the fast paths (the LRC as three element-wise kernels, ``fast_paths(lrc_one_op=False,
 fused="off")``, and the layers' residual stream as a transposed (B, T, C) view of fairseq's
@@ -32,6 +38,8 @@ fused="off")``, and the layers' residual stream as a transposed (B, T, C) view o
 """
 
 import argparse
+import copy
+import time
 import types
 import warnings
 from contextlib import nullcontext
@@ -41,10 +49,10 @@ import torch.nn.functional as F
 
 from benchmarks.common import (
     clock_note, command_line, default_clock, flop_counter, fmt_ratio, hardware_line, measure, median, mib,
-    peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads,
+    peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads, sync,
 )
 from fairseq.sequence_generator import SequenceGenerator
-from fairseq_sret.core import fast_paths
+from fairseq_sret.core import compile_shared_layers, fast_paths
 from fairseq_sret.models.sret_transformer import SReTDecoderLayer, SReTEncoderLayer
 from fairseq_sret_cli.toy import ToyTask, architecture_args, build_model
 
@@ -74,6 +82,8 @@ def parse_args(argv=None):
     p.add_argument("--skip-generate", action="store_true")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler tables of one training step and one generation batch per model")
+    p.add_argument("--compile-decoder", action="store_true",
+                   help="also generate with the decoder layers compiled (fairseq's and SReT's shared ones)")
     p.add_argument("--before", action="store_true",
                    help="also measure 'sret, before': the code paths before the fast paths (see above)")
     p.add_argument("--smoke", action="store_true")
@@ -174,6 +184,27 @@ def generate_fn(model, task, sample, beam, length, context=nullcontext):
     return step
 
 
+#: generation rows added by --compile-decoder, and the eager model each copies
+COMPILED = {"fairseq transformer, compiled decoder layers": "fairseq transformer",
+            "sret, compiled decoder layers": "sret"}
+
+
+def with_compiled_decoder(model):
+    """A copy of ``model`` whose decoder layers are compiled on their first call: SReT's
+    shared layers once each (reused by the recursions), fairseq's layers one by one."""
+    model = copy.deepcopy(model)
+    if any(isinstance(layer, SReTDecoderLayer) for layer in model.decoder.layers):
+        compile_shared_layers(model.decoder, dynamic=True)
+    else:
+        # one graph per layer (Dynamo guards on each layer's incremental-state key), each
+        # within the limit of graphs that share the layer class's forward code
+        config = torch._dynamo.config
+        config.recompile_limit = max(config.recompile_limit, 4 * len(model.decoder.layers))
+        for layer in model.decoder.layers:
+            layer.compile(dynamic=True)
+    return model
+
+
 def label_reorder(model):
     """Make the beam-search cache reordering a named row in profiler tables."""
     decoder = model.decoder
@@ -260,14 +291,32 @@ def main(argv=None):
 
     if not args.skip_generate:
         gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
+        if args.compile_decoder:
+            for n, eager in COMPILED.items():
+                models[n] = with_compiled_decoder(models[eager])
+                params[n] = params[eager]
         gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len, lambda n=n: switches(n))
                for n, m in models.items()}
-        lengths = {n: sorted({len(h[0]["tokens"]) for h in gen[n]()}) for n in models}
+        hypotheses, first_call = {}, {}
+        for n in models:
+            sync(device)
+            start = time.perf_counter()
+            hypotheses[n] = [h[0]["tokens"].tolist() for h in gen[n]()]
+            first_call[n] = time.perf_counter() - start
+        lengths = {n: sorted({len(tokens) for tokens in hypotheses[n]}) for n in models}
+        if args.compile_decoder:
+            for n, eager in COMPILED.items():
+                same = "identical to" if hypotheses[n] == hypotheses[eager] else "DIFFERENT from"
+                print(f"{n}: first batch {first_call[n]:.1f} s wall (compiles; eager {first_call[eager]:.1f} s), "
+                      f"hypotheses {same} the eager model's")
         gen_gflops = {}
         for n in models:
+            if n in COMPILED:  # the eager model's FLOPs (the counter would trace the compiled code again)
+                continue
             with flop_counter() as counter:
                 gen[n]()
             gen_gflops[n] = counter.get_total_flops() / 1e9
+        gen_gflops.update({n: gen_gflops[eager] for n, eager in COMPILED.items() if n in models})
         t = measure(gen, device, 0, args.iters, args.rounds, args.clock)
         mem = {n: (None if args.no_memory else peak_memory(gen[n], device)) for n in models}
         base = median(t["fairseq transformer"])

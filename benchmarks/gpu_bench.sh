@@ -28,7 +28,9 @@
 #              installed from the git-ignored .gpu-kit/ of the checkout (a copy of
 #              ../shared/gpu-kit; pass it with the run's carry) when it is not importable
 #              then benchmarks.bench_nmt (fp32): the same two models built in one process, training
-#              step and beam-5 generation timed round-robin, with torch.profiler tables of each
+#              step and beam-5 generation timed round-robin, with torch.profiler tables of each;
+#              NMT_COMPILE=1 adds generation with the decoder layers compiled (--compile-decoder:
+#              fairseq's layers one by one, SReT's shared layers once each) and gives it 240 s
 #   compile    torch.compile (channels-last, default mode) of SReT-T and DeiT-T, inference then
 #              training, as the remaining time allows, against eager in the same process
 #   compile_more  the same for SReT-S / DeiT-S and the folded SReT-T, only with > 2 minutes left
@@ -47,6 +49,7 @@ OUT="${OUT:?set OUT to the folder for the logs}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python}"
 SMOKE="${SMOKE:-0}"
+NMT_COMPILE="${NMT_COMPILE:-0}"
 BUDGET="${BUDGET:-440}"
 KIT="${GPU_KIT:-$repo/.gpu-kit}"  # else shared/gpu-kit (a checkout's shared/ travels to the device too)
 [[ -f "$KIT/install.sh" || -n "${GPU_KIT:-}" ]] || KIT="$repo/shared/gpu-kit"
@@ -165,7 +168,11 @@ if selected nmt; then
     step nmt 200 "$PY" -m benchmarks.bench_fairseq_cli --work "$WORK/nmt" "${NMT[@]}"
     # then the Python-level benchmark, appended to nmt.txt (the device returns at most 8 files)
     echo "--- nmt: benchmarks.bench_nmt, the same models in one process, profiled" >> "$OUT/nmt.txt"
-    step nmt 90 "$PY" -m benchmarks.bench_nmt "${DECODE[@]}" "${DEV[@]}"
+    if [[ "$NMT_COMPILE" == 1 ]]; then
+        step nmt 240 "$PY" -m benchmarks.bench_nmt "${DECODE[@]}" --compile-decoder "${DEV[@]}"
+    else
+        step nmt 90 "$PY" -m benchmarks.bench_nmt "${DECODE[@]}" "${DEV[@]}"
+    fi
 fi
 
 SAN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)"

@@ -94,6 +94,15 @@ def test_bench_nmt_smoke():
 
 
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_bench_nmt_compiled_decoder_smoke():
+    out = run_script("bench_nmt", "--compile-decoder", "--no-memory", timeout=600)
+    for name in ("fairseq transformer, compiled decoder layers", "sret, compiled decoder layers"):
+        assert len(rows(out, name)) == 1, out  # generation only
+        (line,) = [line for line in out.splitlines() if line.startswith(f"{name}: first batch ")]
+        assert line.endswith("hypotheses identical to the eager model's"), line
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_bench_depth_smoke(tmp_path):
     figure, table_file = tmp_path / "frontier.png", tmp_path / "frontier.json"
     out = run_script("bench_depth", "--figure", str(figure), "--json", str(table_file))

@@ -137,3 +137,41 @@ def test_compile_shared_layers_reuses_its_graphs_at_every_depth():
     assert 0 < graphs[0] <= applications and graphs[1:] == [0, 0]
     with pytest.raises(ValueError, match="no recursive layers"):
         compile_shared_layers(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_compiled_shared_decoder_layers_beam_search_as_eager():
+    """Incremental decoding through compiled shared layers: fairseq's beam search finds the
+    eager model's hypotheses, and another batch size compiles no new graph (dynamic shapes)."""
+    from fairseq.sequence_generator import SequenceGenerator
+    from torch._dynamo.utils import counters
+
+    from fairseq_sret.core import compile_shared_layers
+    from fairseq_sret_cli.toy import ToyTask, build_model
+
+    torch.manual_seed(0)
+    task = ToyTask.of_dictionary_size(40)
+    model = build_model(
+        "sret_transformer_tiny", task=task, encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=48,
+        decoder_ffn_embed_dim=48, encoder_attention_heads=4, decoder_attention_heads=4,
+    ).eval()
+    d = task.source_dictionary
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=6)
+
+    def translate(sentences):
+        src = torch.randint(d.nspecial, len(d), (sentences, 7), generator=torch.Generator().manual_seed(sentences))
+        src[:, -1] = d.eos()
+        sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((sentences,), 7)}}
+        with torch.no_grad():
+            return [[h["tokens"].tolist() for h in hyps] for hyps in generator.forward(sample)]
+
+    expected = {n: translate(n) for n in (2, 3)}
+    torch._dynamo.reset()
+    compile_shared_layers(model.decoder, backend="eager", dynamic=True)
+    counters.clear()
+    assert translate(2) == expected[2]
+    assert counters["stats"]["unique_graphs"] > 0
+    counters.clear()
+    assert translate(3) == expected[3]
+    torch._dynamo.reset()
+    assert counters["stats"]["unique_graphs"] == 0
