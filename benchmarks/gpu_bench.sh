@@ -23,7 +23,8 @@
 #              (masked) path against packed groups for short and padded sequences
 #   lrc        the LRC residual alone and with its LayerNorm: 3op, one-op (addcmul), the Triton
 #              kernel, folded, at SReT-T/SReT-S stream sizes (kernel-level before/after)
-#   nmt        fairseq-train target tokens/s and fairseq-generate beam-5 sentences/s, fp16
+#   nmt        fairseq-train target tokens/s and fairseq-generate beam-5 sentences/s (also after the
+#              first batch: a one-batch split generated on its own, its time subtracted), fp16
 #              (bf16: --precisions), sret_transformer_iwslt_de_en vs pre-LN transformer_iwslt_de_en; fairseq is
 #              installed from the git-ignored .gpu-kit/ of the checkout (a copy of
 #              ../shared/gpu-kit; pass it with the run's carry) when it is not importable

@@ -187,6 +187,9 @@ def test_bench_fairseq_cli_smoke(tmp_path):
     for arch in ("sret_transformer_tiny", "transformer"):
         row = rows(out, arch)
         assert len(row) == 1 and "n/a" not in row[0].split("|")[3] and "n/a" not in row[0].split("|")[5], out
+        # the one-batch valid split, generated in a process of its own for the rate after the first batch
+        assert re.search(rf"generate {arch} fp32 valid: rc=0 \d+ s, 8 sentences", out), out
+        assert re.search(rf"generate {arch} fp32 test: rc=0 \d+ s, 16 sentences", out), out
 
 
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
