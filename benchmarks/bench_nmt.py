@@ -311,7 +311,7 @@ def main(argv=None):
                       f"hypotheses {same} the eager model's")
         gen_gflops = {}
         for n in models:
-            if n in COMPILED:  # the eager model's FLOPs (the counter would trace the compiled code again)
+            if n in COMPILED:  # the same computation as its eager model: that model's FLOPs
                 continue
             with flop_counter() as counter:
                 gen[n]()
