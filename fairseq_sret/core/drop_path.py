@@ -15,7 +15,9 @@ class DropPath(nn.Module):
 
         The per-sample factor (0 or 1/(1-p)) is made on the (B, 1, ...) mask, so the branch
         is read once forward and once backward (timm's ``drop_path``, the same random draws)."""
-        if self.p == 0.0 or not self.training:
+        # training first: in eval mode torch.compile then guards on no rate, so blocks of
+        # different rates share one graph
+        if not self.training or self.p == 0.0:
             return x
         keep = 1.0 - self.p
         mask = x.new_empty((x.size(0),) + (1,) * (x.dim() - 1)).bernoulli_(keep).div_(keep)

@@ -139,6 +139,30 @@ def test_compile_shared_layers_reuses_its_graphs_at_every_depth():
         compile_shared_layers(torch.nn.Linear(2, 2))
 
 
+def test_compiled_eval_graphs_do_not_depend_on_the_drop_path_rates():
+    """Stochastic depth gives every block its own rate; in eval mode the blocks of a shared
+    layer's applications must still share graphs (Dynamo guards on no rate)."""
+    from torch._dynamo.utils import counters
+
+    from fairseq_sret.core import compile_shared_layers
+
+    x = torch.randn(1, 3, 32, 32)
+    graphs = {}
+    for rate in (0.0, 0.1):
+        torch.manual_seed(0)
+        model = create_model("sret_t", img_size=32, num_classes=10, drop_path_rate=rate).eval()
+        with torch.no_grad():
+            expected = model(x)
+        torch._dynamo.reset()
+        compile_shared_layers(model, backend="eager")
+        counters.clear()
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), expected)
+        graphs[rate] = counters["stats"]["unique_graphs"]
+        torch._dynamo.reset()
+    assert graphs[0.1] == graphs[0.0] > 0
+
+
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_compiled_shared_decoder_layers_beam_search_as_eager():
     """Incremental decoding through compiled shared layers: fairseq's beam search finds the
