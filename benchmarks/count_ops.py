@@ -24,13 +24,15 @@ Triton kernel) counts once.
   search and the reordering of every cache), the difference of two whole generations
   whose hypotheses are forced to two lengths, with its host reads: the operations whose
   value or output size the host must read (``.item()``, ``bool(tensor)``, ``nonzero``,
-  ``masked_select``), each one a wait for the device to finish on a GPU.
+  ``masked_select``), each one a wait for the device to finish on a GPU. Also the memory of
+  the decoder's incremental state after that step (each tensor once however many
+  applications share it), and its part that holds the encoder output's keys and values.
 """
 
 import argparse
 import collections
 import sys
-from typing import Callable, Counter, Dict
+from typing import Callable, Counter, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -136,8 +138,9 @@ NMT_MODELS = {
 
 
 def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int = 20, step: int = 6,
-                        vocab: int = 8000) -> OpCounter:
-    """The ops of decoding target token ``step`` incrementally (caches holding the earlier ones)."""
+                        vocab: int = 8000, state: Optional[Dict] = None) -> OpCounter:
+    """The ops of decoding target token ``step`` incrementally (caches holding the earlier ones).
+    ``state``: a dict that receives the decoder's incremental state and the model."""
     from fairseq_sret_cli.toy import ToyTask, build_model
 
     torch.manual_seed(0)
@@ -148,12 +151,43 @@ def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int 
     src[:, -1] = d.eos()
     prev = torch.randint(d.nspecial, len(d), (beam, step))
     prev[:, 0] = d.eos()
+    incremental: Dict = {}
     with torch.inference_mode():
         encoder_out = model.encoder(src, src_lengths=torch.full((beam,), src_len))
-        state: Dict = {}
         for t in range(1, step):
-            model.decoder(prev[:, :t], encoder_out=encoder_out, incremental_state=state)
-        return count(lambda: model.decoder(prev[:, :step], encoder_out=encoder_out, incremental_state=state))
+            model.decoder(prev[:, :t], encoder_out=encoder_out, incremental_state=incremental)
+        counter = count(lambda: model.decoder(prev[:, :step], encoder_out=encoder_out, incremental_state=incremental))
+    if state is not None:
+        state.update(incremental=incremental, model=model)
+    return counter
+
+
+def cache_bytes(incremental: Dict, model: torch.nn.Module) -> Tuple[int, int]:
+    """(all, encoder keys/values): bytes of the tensors in a decoder's incremental state, each
+    storage once. The encoder part is what fairseq's ``encoder_attn`` modules and SReT's shared
+    ``cross_attn`` caches hold."""
+    cross_ids = {module._incremental_state_id for name, module in model.named_modules()
+                 if name.endswith("encoder_attn") and hasattr(module, "_incremental_state_id")}
+    seen, total, encoder = set(), 0, 0
+
+    def walk(value, cross):
+        nonlocal total, encoder
+        if isinstance(value, torch.Tensor):
+            key = value.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                size = value.untyped_storage().nbytes()
+                total += size
+                encoder += size if cross else 0
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                walk(item, cross or name == "cross_attn" or str(name).split(".")[0] in cross_ids)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item, cross)
+
+    walk(incremental, False)
+    return total, encoder
 
 
 def beam_step_counts(arch: str, overrides: dict, beam: int = 5, sentences: int = 4, src_len: int = 20,
@@ -230,11 +264,13 @@ def main(argv=None) -> int:
                     table)
 
     if args.nmt:
-        nmt_rows = []
+        nmt_rows, caches = [], []
         for label, (arch, overrides) in NMT_MODELS.items():
-            counter = decoder_step_counts(arch, overrides)
+            state: Dict = {}
+            counter = decoder_step_counts(arch, overrides, state=state)
             search = beam_step_counts(arch, overrides)
             nmt_rows.append([label, counter.total, search.total, search.host_reads])
+            caches.append([label, *cache_bytes(state["incremental"], state["model"])])
             details[label] = counter
         ref = {row[0]: row for row in nmt_rows}["transformer 4+4 post-LN"]
         print_table("Translation: kernel-launching operations per decoder step (beam 5, width 256, step 6) and "
@@ -243,6 +279,11 @@ def main(argv=None) -> int:
                      "host reads per beam-search step"],
                     [[label, str(n), f"{n / ref[1]:.2f}x", str(m), f"{m / ref[2]:.2f}x", str(reads)]
                      for label, n, m, reads in nmt_rows])
+        ref = {row[0]: row for row in caches}["transformer 4+4 post-LN"]
+        print_table("Translation: the decoder's incremental state after step 6 (beam 5, width 256, source 20 tokens, fp32)",
+                    ["model", "KiB", "vs transformer 4+4", "encoder keys/values, KiB", "vs transformer 4+4"],
+                    [[label, f"{total / 1024:.1f}", f"{total / ref[1]:.2f}x", f"{encoder / 1024:.1f}",
+                      f"{encoder / ref[2]:.2f}x"] for label, total, encoder in caches])
 
     for name in args.by_op:
         if name not in details:

@@ -231,12 +231,18 @@ def test_bench_onnx_smoke():
 def test_count_ops_smoke():
     out = run_script("count_ops")
     assert rows(out, "sret_t")
+    encoder_kib = {}
     for model in ("SReT tiny 2x2", "transformer 4+4 post-LN"):
-        (row,) = rows(out, model)
-        _, decoder_step, _, beam_step, _, host_reads = [cell.strip() for cell in row.strip("|").split("|")]
+        ops, cache = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows(out, model)]
+        _, decoder_step, _, beam_step, _, host_reads = ops
         # a beam-search step is the decoder step plus the output layer, the search and the
         # cache reordering, and it reads at least the search's results on the host
-        assert int(beam_step) > int(decoder_step) > 0 and int(host_reads) > 0, row
+        assert int(beam_step) > int(decoder_step) > 0 and int(host_reads) > 0, ops
+        _, total_kib, _, encoder_kib[model], _ = cache
+        assert float(total_kib) > float(encoder_kib[model]) > 0, cache
+    # SReT's 4 decoder applications share 2 caches of the encoder's keys and values; the 4+4
+    # transformer keeps 4 (padding masks aside, which both keep too)
+    assert 2 * float(encoder_kib["SReT tiny 2x2"]) <= float(encoder_kib["transformer 4+4 post-LN"])
 
 
 @pytest.mark.skipif(not _timm_importable(), reason="bench_compile builds timm's DeiT-T beside ours")
