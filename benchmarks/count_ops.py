@@ -32,7 +32,7 @@ Triton kernel) counts once.
 import argparse
 import collections
 import sys
-from typing import Callable, Counter, Dict, Optional, Tuple
+from typing import Callable, Counter, Dict, NamedTuple, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -137,10 +137,15 @@ NMT_MODELS = {
 }
 
 
+class DecoderStep(NamedTuple):
+    ops: OpCounter  # of the counted step
+    incremental_state: Dict  # the decoder's caches after it
+    model: torch.nn.Module
+
+
 def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int = 20, step: int = 6,
-                        vocab: int = 8000, state: Optional[Dict] = None) -> OpCounter:
-    """The ops of decoding target token ``step`` incrementally (caches holding the earlier ones).
-    ``state``: a dict that receives the decoder's incremental state and the model."""
+                        vocab: int = 8000) -> DecoderStep:
+    """The ops of decoding target token ``step`` incrementally (caches holding the earlier ones)."""
     from fairseq_sret_cli.toy import ToyTask, build_model
 
     torch.manual_seed(0)
@@ -157,9 +162,7 @@ def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int 
         for t in range(1, step):
             model.decoder(prev[:, :t], encoder_out=encoder_out, incremental_state=incremental)
         counter = count(lambda: model.decoder(prev[:, :step], encoder_out=encoder_out, incremental_state=incremental))
-    if state is not None:
-        state.update(incremental=incremental, model=model)
-    return counter
+    return DecoderStep(counter, incremental, model)
 
 
 def cache_bytes(incremental: Dict, model: torch.nn.Module) -> Tuple[int, int]:
@@ -266,12 +269,11 @@ def main(argv=None) -> int:
     if args.nmt:
         nmt_rows, caches = [], []
         for label, (arch, overrides) in NMT_MODELS.items():
-            state: Dict = {}
-            counter = decoder_step_counts(arch, overrides, state=state)
+            decoded = decoder_step_counts(arch, overrides)
             search = beam_step_counts(arch, overrides)
-            nmt_rows.append([label, counter.total, search.total, search.host_reads])
-            caches.append([label, *cache_bytes(state["incremental"], state["model"])])
-            details[label] = counter
+            nmt_rows.append([label, decoded.ops.total, search.total, search.host_reads])
+            caches.append([label, *cache_bytes(decoded.incremental_state, decoded.model)])
+            details[label] = decoded.ops
         ref = {row[0]: row for row in nmt_rows}["transformer 4+4 post-LN"]
         print_table("Translation: kernel-launching operations per decoder step (beam 5, width 256, step 6) and "
                     "per step of fairseq's beam search (4 sentences x beam 5, steps 9-16)",
