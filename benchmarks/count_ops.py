@@ -137,6 +137,20 @@ NMT_MODELS = {
 }
 
 
+def toy_model_and_sources(arch: str, overrides: dict, rows: int, src_len: int, vocab: int):
+    """(task, model in eval mode, sources (rows, src_len) ending in EOS), seeded: the same
+    model and sources for every count of one architecture."""
+    from fairseq_sret_cli.toy import ToyTask, build_model
+
+    torch.manual_seed(0)
+    task = ToyTask.of_dictionary_size(vocab)
+    model = build_model(arch, task=task, **TINY, **overrides).eval()
+    d = task.source_dictionary
+    src = torch.randint(d.nspecial, len(d), (rows, src_len))
+    src[:, -1] = d.eos()
+    return task, model, src
+
+
 class DecoderStep(NamedTuple):
     ops: OpCounter  # of the counted step
     incremental_state: Dict  # the decoder's caches after it
@@ -146,14 +160,8 @@ class DecoderStep(NamedTuple):
 def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int = 20, step: int = 6,
                         vocab: int = 8000) -> DecoderStep:
     """The ops of decoding target token ``step`` incrementally (caches holding the earlier ones)."""
-    from fairseq_sret_cli.toy import ToyTask, build_model
-
-    torch.manual_seed(0)
-    task = ToyTask.of_dictionary_size(vocab)
-    model = build_model(arch, task=task, **TINY, **overrides).eval()
+    task, model, src = toy_model_and_sources(arch, overrides, beam, src_len, vocab)
     d = task.source_dictionary
-    src = torch.randint(d.nspecial, len(d), (beam, src_len))
-    src[:, -1] = d.eos()
     prev = torch.randint(d.nspecial, len(d), (beam, step))
     prev[:, 0] = d.eos()
     incremental: Dict = {}
@@ -199,14 +207,8 @@ def beam_step_counts(arch: str, overrides: dict, beam: int = 5, sentences: int =
     ``sentences`` translations forced to ``lengths[1]`` tokens minus those forced to
     ``lengths[0]``, over the steps in between (the encoder and the setup cancel)."""
     from fairseq.sequence_generator import SequenceGenerator
-    from fairseq_sret_cli.toy import ToyTask, build_model
 
-    torch.manual_seed(0)
-    task = ToyTask.of_dictionary_size(vocab)
-    model = build_model(arch, task=task, **TINY, **overrides).eval()
-    d = task.source_dictionary
-    src = torch.randint(d.nspecial, len(d), (sentences, src_len))
-    src[:, -1] = d.eos()
+    task, model, src = toy_model_and_sources(arch, overrides, sentences, src_len, vocab)
     sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((sentences,), src_len)}}
     counts = []
     for length in lengths:
