@@ -11,7 +11,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import get_fast_paths, is_compiling
+from .config import ONE_QUERY_MATMUL, ONE_QUERY_SDPA, get_fast_paths, is_compiling
 from .linear import linear
 from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
@@ -168,11 +168,12 @@ class SlicedGroupAttention(nn.Module):
         attend to some key (no fix-up needed).
         """
         dropout = self.dropout if self.training else 0.0
+        attend = _attend_one_query if _one_query_by_matmul(q, dropout, is_causal) else _sdpa
         if mask is None or every_row_has_key:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+            return attend(q, k, v, mask, dropout, is_causal)
         row_has_key = mask.any(dim=-1, keepdim=True)
         safe_mask = mask | ~row_has_key
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout)
+        out = attend(q, k, v, safe_mask, dropout, False)
         # Zero the rows without keys. On accelerators multiply unconditionally (exact: x * 1
         # is x) rather than read ``row_has_key.all()``, a device-to-host sync; so too while
         # torch.compile / torch.export (ONNX) trace, where the value is not known.
@@ -430,12 +431,45 @@ class SlicedGroupAttention(nn.Module):
                 # the memory's keys, values and mask are the same at every decoding step:
                 # computed, and checked for sources that are all padding, once
                 every_row_has_key = mask is None or (not is_compiling() and bool(mask.any(dim=-1).all()))
+                # contiguous once, so that no decoding step copies them for its matrix products
+                k, v = k.contiguous(), v.contiguous()
                 cache.update({"k": k, "v": v, STATIC_KV: True, EVERY_ROW_HAS_KEY: every_row_has_key})
                 if mask is not None:
                     cache["mask"] = mask
         q = self._project_q(x)
         out = self._attend(q, k, v, mask, is_causal=False, every_row_has_key=every_row_has_key)
         return linear(self._merge_heads(out), self.out_proj)
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float, is_causal: bool) -> Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+
+
+def _one_query_by_matmul(q: Tensor, dropout: float, is_causal: bool) -> bool:
+    """Whether :func:`_attend_one_query` computes this attention (``fast_paths(one_query_attention=...)``)."""
+    if q.size(-2) != 1 or dropout > 0.0 or is_causal:
+        return False
+    mode = get_fast_paths().one_query_attention
+    if mode == ONE_QUERY_SDPA:
+        return False
+    return mode == ONE_QUERY_MATMUL or q.device.type != "cpu"
+
+
+def _attend_one_query(
+    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float = 0.0, is_causal: bool = False
+) -> Tensor:
+    """softmax(q k^T / sqrt(d)) v for one query per row, as two matrix products (the paper's
+    Eq. 2), the way fairseq's decoder computes a decoding step.
+
+    q: (N, H, 1, d); k, v: (N, H, Lk, d); mask: bool, True = may attend, broadcastable to
+    (N, H, 1, Lk), at least one allowed key per row. Returns (N, H, 1, d). On a GPU these are
+    a few small kernels whose cost follows the work, where SDPA computes a tile of queries
+    for the one (memory-efficient kernel) or builds a cuDNN graph for every new key length.
+    """
+    scores = torch.matmul(q * q.size(-1) ** -0.5, k.transpose(-2, -1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
 def _self_attention(

@@ -116,3 +116,59 @@ def test_partition_cache_bypassed_while_compiling(monkeypatch):
     mask = partition_module.cached_group_mask(10, 3, "contiguous", torch.device("cpu"))
     assert mask.shape == (1, 1, 10, 10) and len(partition_module._CACHE) == 1
     assert partition_module.cached_group_mask(10, 3, "contiguous", torch.device("cpu")) is mask
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("padded", [False, True])
+def test_one_query_matmul_equals_sdpa_in_incremental_decoding(groups, padded, monkeypatch):
+    """A decoding step's attention as two matrix products (the accelerators' default) is
+    SDPA's function: causal self-attention with groups and padding, and cross-attention to a
+    memory with a source that is all padding (zeros, never NaN)."""
+    torch.manual_seed(groups)
+    self_attn = SlicedGroupAttention(C, H, groups=groups, partition="strided", causal=True).eval()
+    cross = SlicedGroupAttention(C, H, cross_attention=True).eval()
+    x, memory = torch.randn(3, 6, C), torch.randn(3, 5, C)
+    memory_padding = torch.zeros(3, 5, dtype=torch.bool)
+    step_padding = torch.zeros(3, 6, dtype=torch.bool)
+    if padded:
+        memory_padding[1, :2] = True
+        memory_padding[2] = True
+        step_padding[0, :2] = True
+
+    def decode(mode):
+        caches = ({}, {})
+        outs = []
+        with fast_paths(one_query_attention=mode):
+            for t in range(6):
+                h = self_attn(x[:, t:t + 1], key_padding_mask=step_padding[:, t:t + 1] if padded else None,
+                              cache=caches[0])
+                outs.append(cross(h, memory=memory, key_padding_mask=memory_padding, cache=caches[1]))
+        return torch.cat(outs, dim=1)
+
+    reference = decode("sdpa")
+    sdpa_calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: sdpa_calls.append(1) or sdpa(*a, **k))
+    by_matmul = decode("matmul")
+    assert not sdpa_calls  # every step took the matrix products
+    torch.testing.assert_close(by_matmul, reference, rtol=1e-6, atol=1e-6)
+    assert not by_matmul.isnan().any() and by_matmul[:2].abs().min() > 0
+    decode("auto")  # the CPU's default is SDPA
+    assert sdpa_calls
+
+
+def test_one_query_matmul_only_for_single_query_steps_without_dropout():
+    from fairseq_sret.core.attention import _one_query_by_matmul
+
+    one, many = torch.empty(2, H, 1, 8, device="meta"), torch.empty(2, H, 4, 8, device="meta")
+    assert _one_query_by_matmul(one, 0.0, False)  # auto: accelerators
+    assert not _one_query_by_matmul(torch.empty(2, H, 1, 8), 0.0, False)  # auto: SDPA on the CPU
+    assert not _one_query_by_matmul(many, 0.0, False) and not _one_query_by_matmul(one, 0.1, False)
+    with fast_paths(one_query_attention="sdpa"):
+        assert not _one_query_by_matmul(one, 0.0, False)
+    with fast_paths(one_query_attention="matmul"):
+        assert _one_query_by_matmul(torch.empty(2, H, 1, 8), 0.0, False)
+    with pytest.raises(ValueError, match="one_query_attention must be one of"):
+        with fast_paths(one_query_attention="fast"):
+            pass

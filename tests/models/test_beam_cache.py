@@ -119,3 +119,18 @@ def test_recursions_share_the_encoder_keys_and_values_computed_once_per_layer(mo
     projections.clear()
     assert run() == shared  # the same hypotheses and scores as one cache per application
     assert len(projections) == 2 * len(layers)
+
+
+def test_beam_search_with_one_query_attention_by_matmul_as_with_sdpa():
+    """The accelerators' decoding-step attention (matrix products) finds SDPA's hypotheses."""
+    from fairseq_sret.core import fast_paths
+
+    _, run = _beam_search_run("2,1")
+    with fast_paths(one_query_attention="sdpa"):
+        reference = run()
+    with fast_paths(one_query_attention="matmul"):
+        by_matmul = run()
+    assert [[tokens for tokens, _ in nbest] for nbest in by_matmul] == [[tokens for tokens, _ in nbest] for nbest in reference]
+    for nbest, ref in zip(by_matmul, reference):
+        for (_, scores), (_, ref_scores) in zip(nbest, ref):
+            torch.testing.assert_close(torch.tensor(scores), torch.tensor(ref_scores), rtol=1e-5, atol=1e-5)
