@@ -21,6 +21,12 @@ fairseq's ``transformer_iwslt_de_en`` made pre-LN with ``--encoder-normalize-bef
   batches, whose rate is the "after the first batch" column (sentences drawn alike, decoded
   to the same length: what the first batch costs once is left out).
 
+``--sdpa-decoding`` adds a row per SReT architecture: the same checkpoint generated with its
+decoding steps attending through ``scaled_dot_product_attention``
+(``fast_paths(one_query_attention="sdpa")``, the code before the matrix-product path of
+accelerators). ``--profile-generate`` then generates the test split once more per model under
+``torch.profiler`` and prints its top operators (not timed).
+
 Precisions: ``fp16`` is fairseq's ``--fp16`` (half-precision model, fp32 master weights in the
 optimizer; generation in half precision). ``bf16`` is bfloat16 autocast: fairseq's ``--bf16``
 implies ``--tpu`` and does not run on a GPU, so training uses ``--amp`` with fairseq's autocast
@@ -65,6 +71,14 @@ def parse_args(argv=None):
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--timeout", type=float, default=180, help="seconds per fairseq process")
     p.add_argument("--skip-generate", action="store_true")
+    p.add_argument("--sdpa-decoding", action="store_true",
+                   help="also generate with SReT's decoding steps attending through scaled_dot_product_attention"
+                        " (fast_paths(one_query_attention='sdpa'), the code before the matrix-product path): a"
+                        " row of its own, the same checkpoint")
+    p.add_argument("--profile-generate", action="store_true",
+                   help="then generate the test split once more per model under torch.profiler and print its"
+                        " top operators (by self device time, and by self CPU time with the runtime's"
+                        " synchronisations); not timed")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny models and data, fp32 (harness check)")
     args = p.parse_args(argv)
     if args.smoke:
@@ -103,18 +117,45 @@ def run_train(argv):
 
 
 def run_generate(argv):
-    """fairseq_cli.generate, inside bfloat16 autocast when ``--sret-bf16`` is given."""
+    """fairseq_cli.generate, inside bfloat16 autocast when ``--sret-bf16`` is given, under
+    torch.profiler when ``--sret-profile`` is (its tables printed at the end)."""
     import contextlib
 
     import torch
 
     bf16 = "--sret-bf16" in argv
-    argv = [a for a in argv if a != "--sret-bf16"]
+    profiled = "--sret-profile" in argv
+    sdpa_decoding = "--sret-sdpa-decoding" in argv
+    argv = [a for a in argv if a not in ("--sret-bf16", "--sret-profile", "--sret-sdpa-decoding")]
+    if sdpa_decoding:
+        from argparse import Namespace
+
+        from fairseq.utils import import_user_module
+
+        # the plugin loaded the way --user-dir loads it (models, patches), then switched
+        import_user_module(Namespace(user_dir=str(REPO / "fairseq_sret")))
+        from fairseq_sret.core.config import set_fast_paths
+
+        set_fast_paths(one_query_attention="sdpa")
     sys.argv = ["fairseq-generate"] + argv
     from fairseq_cli.generate import cli_main
 
-    with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if bf16:
+            stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+        if profiled:
+            from torch.profiler import ProfilerActivity, profile
+
+            cuda = torch.cuda.is_available() and "--cpu" not in argv
+            prof = stack.enter_context(
+                profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])))
         cli_main()
+    if profiled:
+        averages = prof.key_averages()
+        sorts = (["self_device_time_total"] if cuda else []) + ["self_cpu_time_total"]
+        for sort in sorts:
+            print(f"\n#### profile: fairseq-generate, whole run, sorted by {sort}\n")
+            print(averages.table(sort_by=sort, row_limit=25, max_name_column_width=70), flush=True)
 
 
 def after_first_batch(test, first):
@@ -182,13 +223,16 @@ def train(args, binned, arch, precision, work):
             "tail": out[-1500:]}
 
 
-def generate(args, binned, arch, precision, checkpoint, work, subset="test"):
+def generate(args, binned, arch, precision, checkpoint, work, subset="test", profiled=False, sdpa_decoding=False):
     cmd = [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "run-generate", str(binned),
            "--user-dir", str(REPO / "fairseq_sret"), "--path", str(checkpoint), "--gen-subset", subset,
            "--beam", str(args.beam), "--batch-size", str(args.gen_batch), "--min-len", str(args.gen_len),
            "--max-len-a", "0", "--max-len-b", str(args.gen_len), "--required-batch-size-multiple", "1",
-           "--num-workers", "0", "--quiet", *precision_flags(precision), *(["--cpu"] if args.smoke else [])]
-    rc, secs, out = _run(cmd, work / f"generate_{arch}_{precision}_{subset}.log", args.timeout)
+           "--num-workers", "0", "--quiet", *precision_flags(precision), *(["--cpu"] if args.smoke else []),
+           *(["--sret-profile"] if profiled else []), *(["--sret-sdpa-decoding"] if sdpa_decoding else [])]
+    suffix = ("_profiled" if profiled else "") + ("_sdpa" if sdpa_decoding else "")
+    log = work / f"generate_{arch}_{precision}_{subset}{suffix}.log"
+    rc, secs, out = _run(cmd, log, args.timeout)
     m = GEN.search(out)
     return {"rc": rc, "seconds": secs, "sentences_s": float(m.group(4)) if m else None,
             "tokens_s": float(m.group(5)) if m else None, "sentences": int(m.group(1).replace(",", "")) if m else None,
@@ -219,17 +263,21 @@ def main(argv=None):
             print(f"train {arch} {precision}: rc={r['rc']} {r['seconds']:.0f} s, wps {r['wps']}", flush=True)
             if r["rc"] != 0:
                 print(r["tail"])
-            g = None
-            if not args.skip_generate and r["checkpoint"].exists():
-                g = generate(args, binned, arch, precision, r["checkpoint"], work)
-                first = generate(args, binned, arch, precision, r["checkpoint"], work, subset="valid")
-                g["after_first_batch"] = after_first_batch(g, first)
-                for split, run in (("test", g), ("valid", first)):
-                    print(f"generate {arch} {precision} {split}: rc={run['rc']} {run['seconds']:.0f} s, "
-                          f"{run['sentences']} sentences, {run['sentences_s']} sentences/s", flush=True)
-                    if run["rc"] != 0:
-                        print(run["tail"])
-            results[(arch, precision)] = (r, g)
+            variants = [(arch, False)] + ([(f"{arch}, SDPA decoding", True)]
+                                          if args.sdpa_decoding and arch.startswith("sret") else [])
+            for label, sdpa_decoding in variants:
+                g = None
+                if not args.skip_generate and r["checkpoint"].exists():
+                    runs = [generate(args, binned, arch, precision, r["checkpoint"], work, subset=split,
+                                     sdpa_decoding=sdpa_decoding) for split in ("test", "valid")]
+                    g, first = runs
+                    g["after_first_batch"] = after_first_batch(g, first)
+                    for split, run in zip(("test", "valid"), runs):
+                        print(f"generate {label} {precision} {split}: rc={run['rc']} {run['seconds']:.0f} s, "
+                              f"{run['sentences']} sentences, {run['sentences_s']} sentences/s", flush=True)
+                        if run["rc"] != 0:
+                            print(run["tail"])
+                results[(label, precision)] = (r, g)
     base_arch = args.archs[-1]
     rows = []
     for (arch, precision), (r, g) in results.items():
@@ -255,6 +303,15 @@ def main(argv=None):
         {f"{a}/{p}": {"train_wps": r["wps"], "train_rc": r["rc"], "generate_sentences_s": g and g["sentences_s"],
                       "generate_rc": g and g["rc"], "generate_sentences_s_after_first_batch": g and g["after_first_batch"]}
          for (a, p), (r, g) in results.items()}, indent=1, default=str))
+    if args.profile_generate:
+        for (arch, precision), (r, _) in results.items():
+            if not args.skip_generate and r["checkpoint"].exists() and arch in args.archs:
+                run = generate(args, binned, arch, precision, r["checkpoint"], work, profiled=True)
+                log = work / f"generate_{arch}_{precision}_test_profiled.log"
+                text = log.read_text(errors="replace")
+                print(f"\n### fairseq-generate {arch} {precision} under torch.profiler (rc={run['rc']}; "
+                      f"{run['sentences_s']} sentences/s with the profiler's overhead)")
+                print(text[text.find("#### profile:"):] if "#### profile:" in text else run["tail"], flush=True)
     return 0
 
 

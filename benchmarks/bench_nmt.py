@@ -31,6 +31,12 @@ compiled (``layer.compile(dynamic=True)``) and SReT with its shared decoder laye
 its recursions), each a copy of the eager model's weights; the first batch's time (the
 compilation) and whether the hypotheses equal the eager model's are printed.
 
+``--sdpa-decoding`` adds the generation row "sret, SDPA decoding": the model of "sret", its
+decoding steps attending through ``scaled_dot_product_attention`` instead of two matrix
+products (``fast_paths(one_query_attention="sdpa")``; the two differ on accelerators only).
+``--gen-dtype float16`` generates with every model cast to half precision (as
+``fairseq-generate --fp16`` casts it); ``--skip-train`` leaves out the training rows.
+
 ``--before`` adds the row "sret, before": the same weights as "sret", run the way the code ran
 before the fast paths (the LRC as three element-wise kernels, ``fast_paths(lrc_one_op=False,
 fused="off")``, and the layers' residual stream as a transposed (B, T, C) view of fairseq's
@@ -79,11 +85,17 @@ def parse_args(argv=None):
                         " runs, where other load on a shared machine inflates wall time, else wall)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-generate", action="store_true")
+    p.add_argument("--gen-dtype", choices=["float32", "float16", "bfloat16"], default="float32",
+                   help="generate with the models cast to this dtype (as fairseq-generate --fp16 casts them)")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler tables of one training step and one generation batch per model")
     p.add_argument("--compile-decoder", action="store_true",
                    help="also generate with the decoder layers compiled (fairseq's and SReT's shared ones)")
+    p.add_argument("--sdpa-decoding", action="store_true",
+                   help="also generate with 'sret, SDPA decoding': the same model, its decoding steps attending"
+                        " through scaled_dot_product_attention (the code before the matrix-product path)")
     p.add_argument("--before", action="store_true",
                    help="also measure 'sret, before': the code paths before the fast paths (see above)")
     p.add_argument("--smoke", action="store_true")
@@ -148,7 +160,11 @@ def as_before(model):
 
 def switches(name):
     """The fast-path switches a row runs under."""
-    return fast_paths(lrc_one_op=False, fused="off") if name.endswith("before") else nullcontext()
+    if name.endswith("before"):
+        return fast_paths(lrc_one_op=False, fused="off")
+    if name.endswith("SDPA decoding"):
+        return fast_paths(one_query_attention="sdpa")
+    return nullcontext()
 
 
 def train_step_fn(model, sample, pad, context=nullcontext):
@@ -187,6 +203,8 @@ def generate_fn(model, task, sample, beam, length, context=nullcontext):
 #: generation rows added by --compile-decoder, and the eager model each copies
 COMPILED = {"fairseq transformer, compiled decoder layers": "fairseq transformer",
             "sret, compiled decoder layers": "sret"}
+#: generation rows that run another row's model (same weights, same FLOPs) on other code paths
+SAME_MODEL = {**COMPILED, "sret, SDPA decoding": "sret"}
 
 
 def with_compiled_decoder(model):
@@ -208,6 +226,9 @@ def with_compiled_decoder(model):
 def label_reorder(model):
     """Make the beam-search cache reordering a named row in profiler tables."""
     decoder = model.decoder
+    if getattr(decoder, "_reorder_labelled", False):  # a model shared by two rows
+        return
+    decoder._reorder_labelled = True
     inner = decoder.reorder_incremental_state_scripting
 
     def reorder(incremental_state, new_order):
@@ -266,35 +287,40 @@ def main(argv=None):
     if args.before:
         print("'sret, before': the weights of 'sret', run on the code paths before the fast paths")
 
-    train = {n: train_step_fn(m, sample, pad, lambda n=n: switches(n)) for n, m in models.items()}
-    t = measure(train, device, args.warmup, args.iters, args.rounds, args.clock)
-    mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
-    base = median(t["fairseq transformer"])
-    rows = []
-    for n in models:
-        s = median(t[n])
-        rows.append([n, "{}+{}".format(*apps[n]), f"{params[n] / 1e6:.2f}", f"{gflops[n]:.2f}",
-                     f"{ntok / s:,.0f}", fmt_ratio(base / s), fmt_ratio(gflops["fairseq transformer"] / gflops[n]),
-                     f"{s * 1e3:.0f}", mib(mem[n])])
-    print_table(
-        f"NMT training ({device.type}): target tokens/s, batch of {args.batch} pairs, {ntok} target tokens "
-        f"(lengths up to {args.src_len}/{args.tgt_len})",
-        ["model", "layer applications enc+dec", "params (M)", "forward GFLOPs", "target tokens/s",
-         "speed vs fairseq", "FLOPs ratio (fairseq / model)", "ms / step", "peak MiB (step)"],
-        rows,
-    )
-    print(f"target check (train): sret = {base / median(t['sret']):.2f}x fairseq (target >= {TARGETS['train']}x);"
-          f" sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
-    if args.profile:
+    if not args.skip_train:
+        train = {n: train_step_fn(m, sample, pad, lambda n=n: switches(n)) for n, m in models.items()}
+        t = measure(train, device, args.warmup, args.iters, args.rounds, args.clock)
+        mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
+        base = median(t["fairseq transformer"])
+        rows = []
         for n in models:
-            profile_table(train[n], device, f"training step, {n}", steps=1, rows=12)
+            s = median(t[n])
+            rows.append([n, "{}+{}".format(*apps[n]), f"{params[n] / 1e6:.2f}", f"{gflops[n]:.2f}",
+                         f"{ntok / s:,.0f}", fmt_ratio(base / s), fmt_ratio(gflops["fairseq transformer"] / gflops[n]),
+                         f"{s * 1e3:.0f}", mib(mem[n])])
+        print_table(
+            f"NMT training ({device.type}): target tokens/s, batch of {args.batch} pairs, {ntok} target tokens "
+            f"(lengths up to {args.src_len}/{args.tgt_len})",
+            ["model", "layer applications enc+dec", "params (M)", "forward GFLOPs", "target tokens/s",
+             "speed vs fairseq", "FLOPs ratio (fairseq / model)", "ms / step", "peak MiB (step)"],
+            rows,
+        )
+        print(f"target check (train): sret = {base / median(t['sret']):.2f}x fairseq (target >= {TARGETS['train']}x);"
+              f" sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
+        if args.profile:
+            for n in models:
+                profile_table(train[n], device, f"training step, {n}", steps=1, rows=12)
 
     if not args.skip_generate:
         gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
+        if args.gen_dtype != "float32":
+            models = {n: copy.deepcopy(m).to(getattr(torch, args.gen_dtype)) for n, m in models.items()}
         if args.compile_decoder:
             for n, eager in COMPILED.items():
                 models[n] = with_compiled_decoder(models[eager])
                 params[n] = params[eager]
+        if args.sdpa_decoding:
+            models["sret, SDPA decoding"], params["sret, SDPA decoding"] = models["sret"], params["sret"]
         gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len, lambda n=n: switches(n))
                for n, m in models.items()}
         hypotheses, first_call = {}, {}
@@ -311,12 +337,12 @@ def main(argv=None):
                       f"hypotheses {same} the eager model's")
         gen_gflops = {}
         for n in models:
-            if n in COMPILED:  # the same computation as its eager model: that model's FLOPs
+            if n in SAME_MODEL:  # the same computation as its eager model: that model's FLOPs
                 continue
             with flop_counter() as counter:
                 gen[n]()
             gen_gflops[n] = counter.get_total_flops() / 1e9
-        gen_gflops.update({n: gen_gflops[eager] for n, eager in COMPILED.items() if n in models})
+        gen_gflops.update({n: gen_gflops[eager] for n, eager in SAME_MODEL.items() if n in models})
         t = measure(gen, device, 0, args.iters, args.rounds, args.clock)
         mem = {n: (None if args.no_memory else peak_memory(gen[n], device)) for n in models}
         base = median(t["fairseq transformer"])
@@ -327,8 +353,8 @@ def main(argv=None):
                          fmt_ratio(base / s), fmt_ratio(gen_gflops["fairseq transformer"] / gen_gflops[n]),
                          f"{s * 1e3:.0f}", ",".join(map(str, lengths[n])), mib(mem[n])])
         print_table(
-            f"NMT generation ({device.type}): beam {args.beam}, {args.gen_batch} sentences per batch, "
-            f"sentences/s",
+            f"NMT generation ({device.type}, {args.gen_dtype}): beam {args.beam}, {args.gen_batch} sentences per "
+            f"batch, sentences/s",
             ["model", "params (M)", "GFLOPs / batch", "sentences/s", "speed vs fairseq", "FLOPs ratio (fairseq / model)",
              "ms / batch", "output tokens (incl. EOS)", "peak MiB (batch)"],
             rows,

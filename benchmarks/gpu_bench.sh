@@ -24,7 +24,8 @@
 #   lrc        the LRC residual alone and with its LayerNorm: 3op, one-op (addcmul), the Triton
 #              kernel, folded, at SReT-T/SReT-S stream sizes (kernel-level before/after)
 #   nmt        fairseq-train target tokens/s and fairseq-generate beam-5 sentences/s (also after the
-#              first batch: a one-batch split generated on its own, its time subtracted), fp16
+#              first batch: a one-batch split generated on its own, its time subtracted; SReT
+#              also with SDPA in its decoding steps, the code before the matrix products), fp16
 #              (bf16: --precisions), sret_transformer_iwslt_de_en vs pre-LN transformer_iwslt_de_en; fairseq is
 #              installed from the git-ignored .gpu-kit/ of the checkout (a copy of
 #              ../shared/gpu-kit; pass it with the run's carry) when it is not importable
@@ -107,8 +108,8 @@ if [[ "$SMOKE" == 1 ]]; then
     GRAPH=()
     ATTENTION=(--smoke --skip-parity)
     LRC=(--smoke)
-    NMT=(--smoke)
-    DECODE=(--smoke --profile --no-memory)
+    NMT=(--smoke --sdpa-decoding)
+    DECODE=(--smoke --profile --no-memory --sdpa-decoding)
     COMPILE=()
     COMPILE_MORE=()
     [[ "${SMOKE_COMPILE:-0}" == 1 ]] && COMPILE=(--smoke --models sret_t --variants eager --compile sret_t)
@@ -128,10 +129,12 @@ else
     ATTENTION=(--lengths 128 256 512 1024 4096 --groups 1 8 --skip-parity
                --one-kernel-lengths 32 64 128 256 512 --one-kernel-groups 2 8)
     LRC=(--dtype bfloat16)
-    NMT=(--precisions fp16)  # fp16 and bf16 together outrun the step's limit
+    # fp16 and bf16 together outrun the step's limit; SReT's checkpoint also generates with
+    # SDPA in its decoding steps (the code before the matrix-product path), in the same call
+    NMT=(--precisions fp16 --sdpa-decoding)
     # the models of the nmt step in one process, with torch.profiler tables of a training step
     # and of a beam-5 generation batch: where SReT's decoding time goes on the GPU
-    DECODE=(--gen-batch 64 --warmup 1 --iters 2 --rounds 3 --profile)
+    DECODE=(--gen-batch 64 --warmup 1 --iters 2 --rounds 3 --profile --sdpa-decoding)
     # compiled vs compiled: SReT-T and DeiT-T, inference first, then training; eager rows of both
     # again in the same process. compile_more (the S pair, the folded SReT-T) runs when time is
     # left, e.g. in a second call: GPU_BENCH_STEPS=compile_more BUDGET=420 OUT=... bash benchmarks/gpu_bench.sh
@@ -166,7 +169,7 @@ if selected nmt; then
             echo "nmt: fairseq not importable and no kit at $KIT (copy /work/shared/gpu-kit there)" | tee -a "$summary"
         fi
     fi
-    step nmt 200 "$PY" -m benchmarks.bench_fairseq_cli --work "$WORK/nmt" "${NMT[@]}"
+    step nmt 260 "$PY" -m benchmarks.bench_fairseq_cli --work "$WORK/nmt" "${NMT[@]}"
     # then the Python-level benchmark, appended to nmt.txt (the device returns at most 8 files)
     echo "--- nmt: benchmarks.bench_nmt, the same models in one process, profiled" >> "$OUT/nmt.txt"
     if [[ "$NMT_COMPILE" == 1 ]]; then

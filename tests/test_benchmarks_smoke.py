@@ -103,6 +103,14 @@ def test_bench_nmt_compiled_decoder_smoke():
 
 
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
+def test_bench_nmt_half_precision_generation_with_sdpa_decoding_row_smoke():
+    out = run_script("bench_nmt", "--skip-train", "--gen-dtype", "bfloat16", "--sdpa-decoding", "--no-memory")
+    assert "### NMT training" not in out and "### NMT generation (cpu, bfloat16)" in out
+    for name in ("fairseq transformer", "sret", "sret, no NLL", "sret, SDPA decoding"):
+        assert len(rows(out, name)) == 1, out
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_bench_depth_smoke(tmp_path):
     figure, table_file = tmp_path / "frontier.png", tmp_path / "frontier.json"
     out = run_script("bench_depth", "--figure", str(figure), "--json", str(table_file))
@@ -178,7 +186,8 @@ def test_bench_vision_variant_names():
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_bench_fairseq_cli_smoke(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "--smoke", "--work", str(tmp_path)], cwd=REPO,
+        [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "--smoke", "--work", str(tmp_path), "--sdpa-decoding"],
+        cwd=REPO,
         env=_env(), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -190,6 +199,10 @@ def test_bench_fairseq_cli_smoke(tmp_path):
         # the one-batch valid split, generated in a process of its own for the rate after the first batch
         assert re.search(rf"generate {arch} fp32 valid: rc=0 \d+ s, 8 sentences", out), out
         assert re.search(rf"generate {arch} fp32 test: rc=0 \d+ s, 16 sentences", out), out
+    # SReT's checkpoint once more, its decoding steps attending through SDPA: a row of its own
+    row = rows(out, "sret_transformer_tiny, SDPA decoding")
+    assert len(row) == 1 and "n/a" not in row[0].split("|")[5], out
+    assert not rows(out, "transformer, SDPA decoding")
 
 
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
