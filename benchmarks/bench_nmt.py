@@ -33,7 +33,7 @@ compilation) and whether the hypotheses equal the eager model's are printed.
 
 ``--sdpa-decoding`` adds the generation row "sret, SDPA decoding": the model of "sret", its
 decoding steps attending through ``scaled_dot_product_attention`` instead of two matrix
-products (``fast_paths(one_query_attention="sdpa")``; the two differ on accelerators only).
+products (``fast_paths(one_query_attention="sdpa")``, the code before the matrix-product path).
 ``--gen-dtype float16`` generates with every model cast to half precision (as
 ``fairseq-generate --fp16`` casts it); ``--skip-train`` leaves out the training rows.
 

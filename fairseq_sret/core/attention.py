@@ -11,7 +11,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ONE_QUERY_MATMUL, ONE_QUERY_SDPA, get_fast_paths, is_compiling
+from .config import ONE_QUERY_MATMUL, get_fast_paths, is_compiling
 from .linear import linear
 from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
@@ -447,12 +447,7 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: floa
 
 def _one_query_by_matmul(q: Tensor, dropout: float, is_causal: bool) -> bool:
     """Whether :func:`_attend_one_query` computes this attention (``fast_paths(one_query_attention=...)``)."""
-    if q.size(-2) != 1 or dropout > 0.0 or is_causal:
-        return False
-    mode = get_fast_paths().one_query_attention
-    if mode == ONE_QUERY_SDPA:
-        return False
-    return mode == ONE_QUERY_MATMUL or q.device.type != "cpu"
+    return q.size(-2) == 1 and dropout == 0.0 and not is_causal and get_fast_paths().one_query_attention == ONE_QUERY_MATMUL
 
 
 def _attend_one_query(
@@ -462,9 +457,9 @@ def _attend_one_query(
     Eq. 2), the way fairseq's decoder computes a decoding step.
 
     q: (N, H, 1, d); k, v: (N, H, Lk, d); mask: bool, True = may attend, broadcastable to
-    (N, H, 1, Lk), at least one allowed key per row. Returns (N, H, 1, d). On a GPU these are
-    a few small kernels whose cost follows the work, where SDPA computes a tile of queries
-    for the one (memory-efficient kernel) or builds a cuDNN graph for every new key length.
+    (N, H, 1, Lk), at least one allowed key per row. Returns (N, H, 1, d). A few small kernels
+    whose cost follows the work, where SDPA's are built for many queries
+    (:class:`~fairseq_sret.core.config.FastPaths`).
     """
     scores = torch.matmul(q * q.size(-1) ** -0.5, k.transpose(-2, -1))
     if mask is not None:

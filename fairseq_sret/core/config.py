@@ -18,14 +18,13 @@ The switches (:class:`FastPaths`):
   kernel over the whole sequence instead of packed groups; None: the device's default
   (:data:`fairseq_sret.core.attention.ONE_KERNEL_MAX_LENGTH`), 0: never.
 - ``one_query_attention``: how a decoding step's attention (one query per sequence, no
-  dropout) is computed: :data:`ONE_QUERY_AUTO` (as two matrix products and a softmax on
-  accelerators, as fairseq's own decoder does, and with SDPA on the CPU),
-  :data:`ONE_QUERY_MATMUL` (matrix products everywhere) or :data:`ONE_QUERY_SDPA`
-  (``scaled_dot_product_attention`` everywhere). On a GPU, SDPA gives a single query the
-  kernels of long sequences: the memory-efficient kernel computes a whole tile of queries for
-  it, and cuDNN's attention (fp16/bf16) builds an execution graph for every new key length
-  and source length, which a beam search meets at every step and batch
-  (:mod:`.attention`);
+  dropout) is computed: :data:`ONE_QUERY_MATMUL` (the default: two matrix products and a
+  softmax, as fairseq's own decoder does) or :data:`ONE_QUERY_SDPA`
+  (``scaled_dot_product_attention``, as every other attention here). SDPA's kernels are built
+  for many queries: on a GPU its memory-efficient kernel computes a whole tile of queries for
+  the one, and cuDNN's attention (fp16/bf16) builds an execution graph for every new key and
+  source length, which a beam search meets at every step and batch; on the CPU its flash
+  kernel is no faster than the products (:mod:`.attention`);
 - ``onednn_linear``: at inference on the CPU, linear layers (and the FFN's first layer with
   its activation) as oneDNN's linear, which adds the bias and applies the activation in the
   matrix product instead of separate passes over the output (:mod:`.linear`).
@@ -47,8 +46,8 @@ import torch.fx
 FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE = "auto", "on", "off", "force"
 FUSED_MODES = (FUSED_AUTO, FUSED_ON, FUSED_OFF, FUSED_FORCE)
 LRC_ONE_OP_AUTO = "auto"
-ONE_QUERY_AUTO, ONE_QUERY_MATMUL, ONE_QUERY_SDPA = "auto", "matmul", "sdpa"
-ONE_QUERY_MODES = (ONE_QUERY_AUTO, ONE_QUERY_MATMUL, ONE_QUERY_SDPA)
+ONE_QUERY_MATMUL, ONE_QUERY_SDPA = "matmul", "sdpa"
+ONE_QUERY_MODES = (ONE_QUERY_MATMUL, ONE_QUERY_SDPA)
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class FastPaths:
     lrc_one_op: Union[bool, str] = LRC_ONE_OP_AUTO
     fused: str = FUSED_AUTO
     grouped_one_kernel: Optional[int] = None
-    one_query_attention: str = ONE_QUERY_AUTO
+    one_query_attention: str = ONE_QUERY_MATMUL
     onednn_linear: bool = True
 
 

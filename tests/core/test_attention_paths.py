@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fairseq_sret.core import SlicedGroupAttention, fast_paths
+from fairseq_sret.core import SlicedGroupAttention, config, fast_paths
 from fairseq_sret.core import partition as partition_module
 from fairseq_sret.vision import create_model
 
@@ -121,8 +121,7 @@ def test_partition_cache_bypassed_while_compiling(monkeypatch):
 @pytest.mark.parametrize("groups", [1, 3])
 @pytest.mark.parametrize("padded", [False, True])
 def test_one_query_matmul_equals_sdpa_in_incremental_decoding(groups, padded, monkeypatch):
-    """A decoding step's attention as two matrix products (the accelerators' default) is
-    SDPA's function: causal self-attention with groups and padding, and cross-attention to a
+    """A decoding step's attention as two matrix products (the default) is SDPA's function: causal self-attention with groups and padding, and cross-attention to a
     memory with a source that is all padding (zeros, never NaN)."""
     torch.manual_seed(groups)
     self_attn = SlicedGroupAttention(C, H, groups=groups, partition="strided", causal=True).eval()
@@ -154,21 +153,20 @@ def test_one_query_matmul_equals_sdpa_in_incremental_decoding(groups, padded, mo
     assert not sdpa_calls  # every step took the matrix products
     torch.testing.assert_close(by_matmul, reference, rtol=1e-6, atol=1e-6)
     assert not by_matmul.isnan().any() and by_matmul[:2].abs().min() > 0
-    decode("auto")  # the CPU's default is SDPA
-    assert sdpa_calls
+    sdpa_calls.clear()
+    torch.testing.assert_close(decode(config.get_fast_paths().one_query_attention), by_matmul, rtol=0, atol=0)
+    assert not sdpa_calls  # the default
 
 
 def test_one_query_matmul_only_for_single_query_steps_without_dropout():
     from fairseq_sret.core.attention import _one_query_by_matmul
 
-    one, many = torch.empty(2, H, 1, 8, device="meta"), torch.empty(2, H, 4, 8, device="meta")
-    assert _one_query_by_matmul(one, 0.0, False)  # auto: accelerators
-    assert not _one_query_by_matmul(torch.empty(2, H, 1, 8), 0.0, False)  # auto: SDPA on the CPU
+    one, many = torch.empty(2, H, 1, 8), torch.empty(2, H, 4, 8)
+    assert _one_query_by_matmul(one, 0.0, False)
     assert not _one_query_by_matmul(many, 0.0, False) and not _one_query_by_matmul(one, 0.1, False)
+    assert not _one_query_by_matmul(one, 0.0, True)
     with fast_paths(one_query_attention="sdpa"):
         assert not _one_query_by_matmul(one, 0.0, False)
-    with fast_paths(one_query_attention="matmul"):
-        assert _one_query_by_matmul(torch.empty(2, H, 1, 8), 0.0, False)
     with pytest.raises(ValueError, match="one_query_attention must be one of"):
-        with fast_paths(one_query_attention="fast"):
+        with fast_paths(one_query_attention="auto"):
             pass

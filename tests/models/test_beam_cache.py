@@ -122,7 +122,7 @@ def test_recursions_share_the_encoder_keys_and_values_computed_once_per_layer(mo
 
 
 def test_beam_search_with_one_query_attention_by_matmul_as_with_sdpa():
-    """The accelerators' decoding-step attention (matrix products) finds SDPA's hypotheses."""
+    """The decoding steps' attention by matrix products (the default) finds SDPA's hypotheses."""
     from fairseq_sret.core import fast_paths
 
     _, run = _beam_search_run("2,1")
