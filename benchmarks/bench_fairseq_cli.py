@@ -23,7 +23,8 @@ fairseq's ``transformer_iwslt_de_en`` made pre-LN with ``--encoder-normalize-bef
 
 ``--sdpa-decoding`` adds a row per SReT architecture: the same checkpoint generated with its
 decoding steps attending through ``scaled_dot_product_attention``
-(``fast_paths(one_query_attention="sdpa")``, the code before the matrix-product path). ``--profile-generate`` then generates the test split once more per model under
+(``fast_paths(one_query_attention="sdpa")``, the code before the matrix-product path).
+``--profile-generate`` then generates the test split once more per model under
 ``torch.profiler`` and prints its top operators (not timed).
 
 Precisions: ``fp16`` is fairseq's ``--fp16`` (half-precision model, fp32 master weights in the
