@@ -236,7 +236,7 @@ def generate(args, binned, arch, precision, checkpoint, work, subset="test", pro
     m = GEN.search(out)
     return {"rc": rc, "seconds": secs, "sentences_s": float(m.group(4)) if m else None,
             "tokens_s": float(m.group(5)) if m else None, "sentences": int(m.group(1).replace(",", "")) if m else None,
-            "tail": out[-1500:]}
+            "tail": out[-1500:], "output": out}
 
 
 def main(argv=None):
@@ -307,8 +307,7 @@ def main(argv=None):
         for (arch, precision), (r, _) in results.items():
             if not args.skip_generate and r["checkpoint"].exists() and arch in args.archs:
                 run = generate(args, binned, arch, precision, r["checkpoint"], work, profiled=True)
-                log = work / f"generate_{arch}_{precision}_test_profiled.log"
-                text = log.read_text(errors="replace")
+                text = run["output"]
                 print(f"\n### fairseq-generate {arch} {precision} under torch.profiler (rc={run['rc']}; "
                       f"{run['sentences_s']} sentences/s with the profiler's overhead)")
                 print(text[text.find("#### profile:"):] if "#### profile:" in text else run["tail"], flush=True)

@@ -280,14 +280,14 @@ def main(argv=None):
           f"{fa.encoder_ffn_embed_dim}, heads {fa.encoder_attention_heads}, vocabulary {len(task.source_dictionary)}, "
           f"dropout {fa.dropout} / {sa.dropout}")
 
-    sample = synthetic_batch(task, args.batch, args.src_len, args.tgt_len, device)
-    ntok = sample["ntokens"]
     params = {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()}
-    gflops = {n: forward_gflops(m, sample) for n, m in models.items()}
     if args.before:
         print("'sret, before': the weights of 'sret', run on the code paths before the fast paths")
 
     if not args.skip_train:
+        sample = synthetic_batch(task, args.batch, args.src_len, args.tgt_len, device)
+        ntok = sample["ntokens"]
+        gflops = {n: forward_gflops(m, sample) for n, m in models.items()}
         train = {n: train_step_fn(m, sample, pad, lambda n=n: switches(n)) for n, m in models.items()}
         t = measure(train, device, args.warmup, args.iters, args.rounds, args.clock)
         mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
