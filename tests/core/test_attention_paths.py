@@ -121,8 +121,9 @@ def test_partition_cache_bypassed_while_compiling(monkeypatch):
 @pytest.mark.parametrize("groups", [1, 3])
 @pytest.mark.parametrize("padded", [False, True])
 def test_one_query_matmul_equals_sdpa_in_incremental_decoding(groups, padded, monkeypatch):
-    """A decoding step's attention as two matrix products (the default) is SDPA's function: causal self-attention with groups and padding, and cross-attention to a
-    memory with a source that is all padding (zeros, never NaN)."""
+    """A decoding step's attention as two matrix products (the default) is SDPA's function:
+    causal self-attention with groups and padding, and cross-attention to a memory with a
+    source that is all padding (zeros, never NaN)."""
     torch.manual_seed(groups)
     self_attn = SlicedGroupAttention(C, H, groups=groups, partition="strided", causal=True).eval()
     cross = SlicedGroupAttention(C, H, cross_attention=True).eval()

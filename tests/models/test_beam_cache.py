@@ -8,7 +8,7 @@ sharing them; a beam search gives the same hypotheses and scores bit for bit.
 import pytest
 import torch
 
-from fairseq_sret.core import SlicedGroupAttention, reorder_cache
+from fairseq_sret.core import SlicedGroupAttention, fast_paths, reorder_cache
 from fairseq_sret.core.attention import STATIC_KV
 
 pytest.importorskip("fairseq")
@@ -123,14 +123,15 @@ def test_recursions_share_the_encoder_keys_and_values_computed_once_per_layer(mo
 
 def test_beam_search_with_one_query_attention_by_matmul_as_with_sdpa():
     """The decoding steps' attention by matrix products (the default) finds SDPA's hypotheses."""
-    from fairseq_sret.core import fast_paths
-
     _, run = _beam_search_run("2,1")
     with fast_paths(one_query_attention="sdpa"):
         reference = run()
     with fast_paths(one_query_attention="matmul"):
         by_matmul = run()
-    assert [[tokens for tokens, _ in nbest] for nbest in by_matmul] == [[tokens for tokens, _ in nbest] for nbest in reference]
+    def tokens(hypotheses):
+        return [[tokens for tokens, _ in nbest] for nbest in hypotheses]
+
+    assert tokens(by_matmul) == tokens(reference)
     for nbest, ref in zip(by_matmul, reference):
         for (_, scores), (_, ref_scores) in zip(nbest, ref):
             torch.testing.assert_close(torch.tensor(scores), torch.tensor(ref_scores), rtol=1e-5, atol=1e-5)
