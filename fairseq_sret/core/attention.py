@@ -463,7 +463,7 @@ def _attend_one_query(
     """
     scores = torch.matmul(q * q.size(-1) ** -0.5, k.transpose(-2, -1))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = torch.where(mask, scores, float("-inf"))  # one kernel; masked_fill needs ~mask first
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
