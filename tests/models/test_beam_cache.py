@@ -135,3 +135,37 @@ def test_beam_search_with_one_query_attention_by_matmul_as_with_sdpa():
     for nbest, ref in zip(by_matmul, reference):
         for (_, scores), (_, ref_scores) in zip(nbest, ref):
             torch.testing.assert_close(torch.tensor(scores), torch.tensor(ref_scores), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_prepared_for_generation_the_lrc_is_folded_and_the_hypotheses_stay(keep):
+    """fairseq-generate prepares the model (``prepare_for_inference_``): the LRC coefficients
+    go into the neighbouring weights, one operation per residual, and the beam search finds
+    the same hypotheses, scores equal up to float rounding; ``keep_lrc_in_generation``
+    keeps the coefficients, and the computation, as they were."""
+    from types import SimpleNamespace
+
+    from fairseq_sret.core import LearnableResidual
+
+    model, run = _beam_search_run("2,1")
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # coefficients away from 1, some negative: folding has work to do
+        for name, p in model.named_parameters():
+            if name.endswith(("skip_scale", "branch_scale")):
+                p.copy_((0.5 + torch.rand(1, generator=g)) * (1 if torch.rand(1, generator=g) < 0.7 else -1))
+    reference = run()
+    learnable = lambda: sum(isinstance(m, LearnableResidual) and m.learnable for m in model.modules())  # noqa: E731
+    before = learnable()
+    model.args.keep_lrc_in_generation = keep
+    model.prepare_for_inference_(SimpleNamespace(generation=SimpleNamespace(beam=4), common=SimpleNamespace()))
+    assert learnable() == (before if keep else 0) and before > 0
+    with pytest.raises(RuntimeError, match="cannot train after make_generation_fast"):
+        model.train()
+    prepared = run()
+    if keep:
+        assert prepared == reference
+        return
+    assert [[t for t, _ in nbest] for nbest in prepared] == [[t for t, _ in nbest] for nbest in reference]
+    for nbest, ref in zip(prepared, reference):
+        for (_, scores), (_, ref_scores) in zip(nbest, ref):
+            torch.testing.assert_close(torch.tensor(scores), torch.tensor(ref_scores), rtol=1e-5, atol=1e-5)

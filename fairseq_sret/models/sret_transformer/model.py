@@ -22,7 +22,7 @@ from fairseq.models.transformer import (
 )
 from omegaconf import OmegaConf
 
-from ...core import SReTLayerSpec
+from ...core import SReTLayerSpec, fold_lrc
 from ...core.depth import DepthControl
 from ...core.mixed_depth import check_depth_options
 from ...nmt_checkpoints import mismatch_summary
@@ -178,6 +178,16 @@ class SReTTransformerModel(DepthControl, TransformerModel):
                 given = "" if value is True else f" {value}"
                 raise ValueError(f"--{name.replace('_', '-')}{given}: {why}")
         super().prepare_for_inference_(cfg)
+
+    def make_generation_fast_(self, **kwargs):
+        """fairseq's preparation for generation, after which the model cannot train, with the
+        LRC coefficients folded into the neighbouring weights (:func:`~fairseq_sret.core.fold_lrc`;
+        not with ``--keep-lrc-in-generation``): the same function up to float rounding, and
+        every residual one element-wise operation per decoding step instead of two, as in
+        fairseq's transformer. Folded in the weights' dtype, before ``--bf16`` casts them."""
+        if not self._is_generation_fast and not getattr(self.args, "keep_lrc_in_generation", False):
+            fold_lrc(self, inplace=True)
+        super().make_generation_fast_(**kwargs)
 
     def lrc_coefficients(self) -> Dict[str, float]:
         """Every LRC coefficient by parameter name (for plots and logs)."""

@@ -50,6 +50,13 @@ class SReTOptions(FairseqDataclass):
                                  " of the pre-LN layers of the paper; overrides"
                                  " --encoder/decoder-normalize-before"}
     )
+    keep_lrc_in_generation: bool = field(
+        default=False, metadata={"help": "keep the LRC coefficients apart when fairseq prepares the model for"
+                                 " generation, instead of folding them into the neighbouring weights (the same"
+                                 " function up to float rounding, one element-wise operation per residual"
+                                 " instead of two); at generation: --model-overrides"
+                                 " \"{'keep_lrc_in_generation': True}\""}
+    )
     checkpoint_recursions: bool = field(
         default=False, metadata={"help": "activation checkpointing of every layer application:"
                                  " memory grows with unique layers, not total depth"}
