@@ -19,7 +19,9 @@ step) on a synthetic batch of ``--batch`` sentence pairs whose lengths are drawn
 ``--src-len``/``--tgt-len`` (left-padded sources, right-padded targets, as fairseq batches).
 Generation: sentences/s of beam-5 ``fairseq.sequence_generator.SequenceGenerator`` on
 ``--gen-batch`` sources, every hypothesis forced to ``--tgt-len`` tokens (``min_len`` =
-``max_len``) so that both models decode the same number of steps. All models are measured
+``max_len``) so that both models decode the same number of steps; each model a copy prepared
+as fairseq-generate prepares it (cast to ``--gen-dtype``, then ``prepare_for_inference_``,
+which folds SReT's LRC coefficients into its weights). All models are measured
 in this one process, round-robin; ratios are over fairseq's model. Also printed: parameters,
 forward GFLOPs of the training batch (torch's flop counter) and the peak memory of one step
 (CPU: torch profiler allocations; CUDA: the allocator's peak).
@@ -34,11 +36,13 @@ compilation) and whether the hypotheses equal the eager model's are printed.
 ``--sdpa-decoding`` adds the generation row "sret, SDPA decoding": the model of "sret", its
 decoding steps attending through ``scaled_dot_product_attention`` instead of two matrix
 products (``fast_paths(one_query_attention="sdpa")``, the code before the matrix-product path).
-``--gen-dtype float16`` generates with every model cast to half precision (as
+``--keep-lrc`` adds the generation row "sret, LRC kept": the weights of "sret" prepared with
+``keep_lrc_in_generation`` (the LRC coefficients apart, two element-wise operations per
+residual). ``--gen-dtype float16`` generates with every model cast to half precision (as
 ``fairseq-generate --fp16`` casts it); ``--skip-train`` leaves out the training rows.
 
 ``--before`` adds the row "sret, before": the same weights as "sret", run the way the code ran
-before the fast paths (the LRC as three element-wise kernels, ``fast_paths(lrc_one_op=False,
+before the fast paths (the LRC kept apart at generation and computed as three element-wise kernels, ``fast_paths(lrc_one_op=False,
 fused="off")``, and the layers' residual stream as a transposed (B, T, C) view of fairseq's
 (T, B, C) instead of a contiguous copy), so both are measured in this one process.
 """
@@ -96,6 +100,9 @@ def parse_args(argv=None):
     p.add_argument("--sdpa-decoding", action="store_true",
                    help="also generate with 'sret, SDPA decoding': the same model, its decoding steps attending"
                         " through scaled_dot_product_attention (the code before the matrix-product path)")
+    p.add_argument("--keep-lrc", action="store_true",
+                   help="also generate with 'sret, LRC kept': the same weights prepared with"
+                        " keep_lrc_in_generation (the LRC coefficients not folded into the weights)")
     p.add_argument("--before", action="store_true",
                    help="also measure 'sret, before': the code paths before the fast paths (see above)")
     p.add_argument("--smoke", action="store_true")
@@ -200,11 +207,26 @@ def generate_fn(model, task, sample, beam, length, context=nullcontext):
     return step
 
 
+#: rows whose model keeps its LRC coefficients apart at generation
+KEEP_LRC = ("sret, LRC kept", "sret, before")
+
+
+def prepared_for_generation(model, dtype, beam, keep_lrc=False):
+    """A copy of ``model`` prepared as fairseq-generate prepares it: cast to ``dtype``, then
+    ``prepare_for_inference_`` (eval mode; SReT's LRC folded into its weights unless ``keep_lrc``)."""
+    model = copy.deepcopy(model).to(getattr(torch, dtype))
+    if keep_lrc:
+        model.args.keep_lrc_in_generation = True
+    model.prepare_for_inference_(types.SimpleNamespace(generation=types.SimpleNamespace(beam=beam),
+                                                       common=types.SimpleNamespace()))
+    return model
+
+
 #: generation rows added by --compile-decoder, and the eager model each copies
 COMPILED = {"fairseq transformer, compiled decoder layers": "fairseq transformer",
             "sret, compiled decoder layers": "sret"}
 #: generation rows that run another row's model (same weights, same FLOPs) on other code paths
-SAME_MODEL = {**COMPILED, "sret, SDPA decoding": "sret"}
+SAME_MODEL = {**COMPILED, "sret, SDPA decoding": "sret", "sret, LRC kept": "sret"}
 
 
 def with_compiled_decoder(model):
@@ -313,8 +335,10 @@ def main(argv=None):
 
     if not args.skip_generate:
         gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
-        if args.gen_dtype != "float32":
-            models = {n: copy.deepcopy(m).to(getattr(torch, args.gen_dtype)) for n, m in models.items()}
+        if args.keep_lrc:
+            models["sret, LRC kept"], params["sret, LRC kept"] = models["sret"], params["sret"]
+        models = {n: prepared_for_generation(m, args.gen_dtype, args.beam, keep_lrc=n in KEEP_LRC)
+                  for n, m in models.items()}
         if args.compile_decoder:
             for n, eager in COMPILED.items():
                 models[n] = with_compiled_decoder(models[eager])

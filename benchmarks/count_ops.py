@@ -19,7 +19,9 @@ Triton kernel) counts once.
 - translation: one incremental decoder step (beam 5, the 6th target token, caches filled),
   of SReT tiny (2 unique layers x 2 recursions per side) against fairseq's transformer at
   the same width with 2+2 (equal unique layers) and 4+4 (equal layer applications) layers,
-  and SReT tiny without NLLs (``--nll-ratio 0``: the applications alone); and one step of
+  and SReT tiny without NLLs (``--nll-ratio 0``: the applications alone), every model prepared
+  as fairseq-generate prepares it (SReT's LRC folded into its weights; also a row with the LRC
+  kept, ``--keep-lrc-in-generation``); and one step of
   fairseq's beam search (``SequenceGenerator``: the decoder step, the output layer, the
   search and the reordering of every cache), the difference of two whole generations
   whose hypotheses are forced to two lengths, with its host reads: the operations whose
@@ -131,6 +133,7 @@ TINY = dict(encoder_embed_dim=256, decoder_embed_dim=256, encoder_ffn_embed_dim=
             share_all_embeddings=True)
 NMT_MODELS = {
     "SReT tiny 2x2": ("sret_transformer_tiny", {}),
+    "SReT tiny 2x2, LRC kept": ("sret_transformer_tiny", {"keep_lrc_in_generation": True}),
     "SReT tiny 2x2, no NLL": ("sret_transformer_tiny", {"nll_ratio": 0.0}),
     "transformer 2+2 post-LN": ("transformer", {"encoder_layers": 2, "decoder_layers": 2}),
     "transformer 4+4 post-LN": ("transformer", {"encoder_layers": 4, "decoder_layers": 4}),
@@ -138,13 +141,18 @@ NMT_MODELS = {
 
 
 def toy_model_and_sources(arch: str, overrides: dict, rows: int, src_len: int, vocab: int):
-    """(task, model in eval mode, sources (rows, src_len) ending in EOS), seeded: the same
-    model and sources for every count of one architecture."""
+    """(task, model, sources (rows, src_len) ending in EOS), seeded: the same model and
+    sources for every count of one architecture. The model is prepared for inference as
+    fairseq-generate prepares it (``prepare_for_inference_``: eval mode, and SReT's LRC
+    folded into its weights unless ``keep_lrc_in_generation``)."""
+    from types import SimpleNamespace
+
     from fairseq_sret_cli.toy import ToyTask, build_model
 
     torch.manual_seed(0)
     task = ToyTask.of_dictionary_size(vocab)
-    model = build_model(arch, task=task, **TINY, **overrides).eval()
+    model = build_model(arch, task=task, **TINY, **overrides)
+    model.prepare_for_inference_(SimpleNamespace(generation=SimpleNamespace(beam=5), common=SimpleNamespace()))
     d = task.source_dictionary
     src = torch.randint(d.nspecial, len(d), (rows, src_len))
     src[:, -1] = d.eos()
