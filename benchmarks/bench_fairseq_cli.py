@@ -33,6 +33,12 @@ implies ``--tpu`` and does not run on a GPU, so training uses ``--amp`` with fai
 switched to bfloat16, and generation runs inside ``torch.autocast("cuda", torch.bfloat16)``
 (this module's ``run-train`` / ``run-generate`` wrappers do both). ``fp32``: neither (CPU).
 Each run is its own process (fairseq's start-up is excluded from both rates).
+
+``--work`` follows the rule of every command that writes (:mod:`fairseq_sret_cli.outputs`):
+what the benchmark would replace there (the corpus, the data-bin, a checkpoint folder, a log,
+``results.json``) must have been made by it, else it stops before running anything, unless
+``--force``. A rerun reuses the corpus and data-bin made with the same data settings and
+trains every model afresh (its checkpoint folder emptied, so that fairseq does not resume).
 """
 
 import argparse
@@ -56,7 +62,11 @@ GEN = re.compile(r"Translated ([0-9,]+) sentences \(([0-9,]+) tokens\) in ([0-9.
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", required=True, help="folder for the corpus, the data-bin, checkpoints and logs")
+    p.add_argument("--work", required=True,
+                   help="folder for the corpus, the data-bin, checkpoints and logs: new, or one this benchmark"
+                        " wrote (its corpus and data-bin are reused when made with the same data settings)")
+    p.add_argument("--force", action="store_true",
+                   help="replace what is in the way in --work (files and folders this benchmark would write)")
     p.add_argument("--archs", nargs="+", default=["sret_transformer_iwslt_de_en", "transformer_iwslt_de_en"])
     p.add_argument("--precisions", nargs="+", choices=["fp16", "bf16", "fp32"], default=None,
                    help="default: fp16 bf16 on CUDA, fp32 on CPU")
@@ -170,10 +180,12 @@ def after_first_batch(test, first):
 
 
 # ----------------------------------------------------------------------------- driver
-def _run(cmd, log, timeout):
+def _run(cmd, log, timeout, outputs):
+    """Run ``cmd`` with its output in the file ``log`` (recorded as made by ``outputs``)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
     with open(log, "w") as f:
+        outputs.record(log)
         try:
             proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
             rc = proc.returncode
@@ -182,20 +194,58 @@ def _run(cmd, log, timeout):
     return rc, time.perf_counter() - start, Path(log).read_text(errors="replace")
 
 
-def prepare_data(args, work: Path):
+def data_settings(args) -> dict:
+    """What the corpus and data-bin depend on."""
+    return {"vocab": args.vocab, "train_sentences": args.train_sentences, "gen_batch": args.gen_batch,
+            "gen_sentences": args.gen_sentences, "smoke": args.smoke}
+
+
+def claim_work(args, work: Path):
+    """(data outputs, run outputs) of this benchmark in ``work``, after checking that
+    everything it would replace there is its own (or ``--force``); raises
+    :class:`~fairseq_sret_cli.outputs.OutputInTheWay` naming what is in the way."""
+    from fairseq_sret_cli.outputs import OutputInTheWay, Outputs, refusal
+
+    data = Outputs("bench_fairseq_cli", force=args.force, settings=data_settings(args))
+    runs = Outputs("bench_fairseq_cli", force=args.force)  # logs and checkpoints: any run refreshes its own
+    folders = [work / "raw", work / "bin"] + [
+        work / f"ckpt_{arch}_{precision}" for arch in args.archs for precision in args.precisions]
+    # a folder of ours made with other data settings is replaced, like a file of ours
+    problems = [(folder, "exists, not made by bench_fairseq_cli", True) for folder in folders
+                if folder.exists() and not args.force and not runs.made_by_me(folder)]
+    files = [work / "preprocess.log", work / "results.json"] + [
+        work / f"{kind}_{arch}_{precision}{suffix}.log" for arch in args.archs for precision in args.precisions
+        for kind, suffixes in (("train", [""]), ("generate", [f"_{split}{extra}" for split in ("test", "valid")
+                                                              for extra in ("", "_sdpa", "_profiled")]))
+        for suffix in suffixes]
+    problems += [(path, *problem) for path in files for problem in [runs._problem(path, False, None)] if problem]
+    if problems:
+        raise OutputInTheWay(refusal(problems))
+    return data, runs
+
+
+def prepare_data(args, work: Path, data, runs):
+    """The corpus and its data-bin in ``work`` (reused when this benchmark made them with the
+    same data settings)."""
+    import shutil
+
     from fairseq_sret_cli.toy import write_reversal_corpus
 
     raw, binned = work / "raw", work / "bin"
-    if (binned / "dict.src.txt").exists():
+    if data.made_by_me(binned) and (binned / "dict.src.txt").exists():
         return binned
+    for folder in (raw, binned):  # checked by claim_work: ours, or --force
+        if folder.exists():
+            shutil.rmtree(folder)
     splits = (("train", args.train_sentences), ("valid", args.gen_batch), ("test", args.gen_sentences))
     write_reversal_corpus(raw, splits=splits, vocab_size=args.vocab, lengths=(10, 40) if not args.smoke else (3, 8))
     cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",
            "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"), "--testpref", str(raw / "test"),
            "--destdir", str(binned), "--joined-dictionary", "--workers", str(min(8, os.cpu_count() or 1))]
-    rc, secs, out = _run(cmd, work / "preprocess.log", 300)
+    rc, secs, out = _run(cmd, work / "preprocess.log", 300, runs)
     if rc != 0:
         raise SystemExit(f"fairseq preprocess failed ({rc}):\n{out[-2000:]}")
+    data.record(raw, binned)
     print(f"data: {args.train_sentences} training pairs, {args.gen_sentences} test pairs, {args.gen_batch} valid pairs, "
           f"{sum(1 for _ in open(binned / 'dict.src.txt'))} dictionary entries (preprocessed in {secs:.0f} s)", flush=True)
     return binned
@@ -205,8 +255,14 @@ def precision_flags(precision):
     return {"fp16": ["--fp16"], "bf16": ["--sret-bf16"], "fp32": []}[precision]
 
 
-def train(args, binned, arch, precision, work):
+def train(args, binned, arch, precision, work, runs):
+    import shutil
+
     save = work / f"ckpt_{arch}_{precision}"
+    if save.exists():  # checked by claim_work: ours, or --force; a fresh training, not a resumed one
+        shutil.rmtree(save)
+    save.mkdir(parents=True)
+    runs.record(save)
     cmd = [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "run-train", str(binned),
            "--user-dir", str(REPO / "fairseq_sret"), "--arch", arch, "--share-all-embeddings",
            *BASELINE_FLAGS.get(arch, []), "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-4",
@@ -216,14 +272,14 @@ def train(args, binned, arch, precision, work):
            "--log-format", "json", "--log-interval", str(args.log_interval), "--save-dir", str(save),
            "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0", "--seed", "1",
            *precision_flags(precision), *args.extra]
-    rc, secs, out = _run(cmd, work / f"train_{arch}_{precision}.log", args.timeout)
+    rc, secs, out = _run(cmd, work / f"train_{arch}_{precision}.log", args.timeout, runs)
     wps = [float(m.group(1)) for line in out.splitlines() if INNER.search(line) for m in [WPS.search(line)] if m]
     rate = statistics.median(wps[1:]) if len(wps) > 1 else (wps[0] if wps else None)
     return {"rc": rc, "seconds": secs, "wps": rate, "intervals": len(wps), "checkpoint": save / "checkpoint_last.pt",
             "tail": out[-1500:]}
 
 
-def generate(args, binned, arch, precision, checkpoint, work, subset="test", profiled=False, sdpa_decoding=False):
+def generate(args, binned, arch, precision, checkpoint, work, runs, subset="test", profiled=False, sdpa_decoding=False):
     cmd = [sys.executable, "-m", "benchmarks.bench_fairseq_cli", "run-generate", str(binned),
            "--user-dir", str(REPO / "fairseq_sret"), "--path", str(checkpoint), "--gen-subset", subset,
            "--beam", str(args.beam), "--batch-size", str(args.gen_batch), "--min-len", str(args.gen_len),
@@ -232,7 +288,7 @@ def generate(args, binned, arch, precision, checkpoint, work, subset="test", pro
            *(["--sret-profile"] if profiled else []), *(["--sret-sdpa-decoding"] if sdpa_decoding else [])]
     suffix = ("_profiled" if profiled else "") + ("_sdpa" if sdpa_decoding else "")
     log = work / f"generate_{arch}_{precision}_{subset}{suffix}.log"
-    rc, secs, out = _run(cmd, log, args.timeout)
+    rc, secs, out = _run(cmd, log, args.timeout, runs)
     m = GEN.search(out)
     return {"rc": rc, "seconds": secs, "sentences_s": float(m.group(4)) if m else None,
             "tokens_s": float(m.group(5)) if m else None, "sentences": int(m.group(1).replace(",", "")) if m else None,
@@ -251,15 +307,22 @@ def main(argv=None):
 
     cuda = torch.cuda.is_available() and not args.smoke
     args.precisions = args.precisions or (["fp16", "bf16"] if cuda else ["fp32"])
+    from fairseq_sret_cli.outputs import OutputInTheWay
+
     work = Path(args.work)
+    try:
+        data, runs = claim_work(args, work)
+    except OutputInTheWay as exc:
+        print(f"bench_fairseq_cli: {exc}", file=sys.stderr)
+        return 2
     work.mkdir(parents=True, exist_ok=True)
     print(command_line())
     print(hardware_line(torch.device("cuda" if cuda else "cpu")))
-    binned = prepare_data(args, work)
+    binned = prepare_data(args, work, data, runs)
     results = {}
     for precision in args.precisions:
         for arch in args.archs:
-            r = train(args, binned, arch, precision, work)
+            r = train(args, binned, arch, precision, work, runs)
             print(f"train {arch} {precision}: rc={r['rc']} {r['seconds']:.0f} s, wps {r['wps']}", flush=True)
             if r["rc"] != 0:
                 print(r["tail"])
@@ -268,11 +331,11 @@ def main(argv=None):
             for label, sdpa_decoding in variants:
                 g = None
                 if not args.skip_generate and r["checkpoint"].exists():
-                    runs = [generate(args, binned, arch, precision, r["checkpoint"], work, subset=split,
-                                     sdpa_decoding=sdpa_decoding) for split in ("test", "valid")]
-                    g, first = runs
+                    split_runs = [generate(args, binned, arch, precision, r["checkpoint"], work, runs, subset=split,
+                                           sdpa_decoding=sdpa_decoding) for split in ("test", "valid")]
+                    g, first = split_runs
                     g["after_first_batch"] = after_first_batch(g, first)
-                    for split, run in zip(("test", "valid"), runs):
+                    for split, run in zip(("test", "valid"), split_runs):
                         print(f"generate {label} {precision} {split}: rc={run['rc']} {run['seconds']:.0f} s, "
                               f"{run['sentences']} sentences, {run['sentences_s']} sentences/s", flush=True)
                         if run["rc"] != 0:
@@ -299,14 +362,14 @@ def main(argv=None):
          f"vs {base_arch}", "generate tokens/s", "sentences/s after the first batch", f"vs {base_arch}"],
         rows,
     )
-    (work / "results.json").write_text(json.dumps(
+    runs.write_text(work / "results.json", json.dumps(
         {f"{a}/{p}": {"train_wps": r["wps"], "train_rc": r["rc"], "generate_sentences_s": g and g["sentences_s"],
                       "generate_rc": g and g["rc"], "generate_sentences_s_after_first_batch": g and g["after_first_batch"]}
          for (a, p), (r, g) in results.items()}, indent=1, default=str))
     if args.profile_generate:
         for (arch, precision), (r, _) in results.items():
             if not args.skip_generate and r["checkpoint"].exists() and arch in args.archs:
-                run = generate(args, binned, arch, precision, r["checkpoint"], work, profiled=True)
+                run = generate(args, binned, arch, precision, r["checkpoint"], work, runs, profiled=True)
                 text = run["output"]
                 print(f"\n### fairseq-generate {arch} {precision} under torch.profiler (rc={run['rc']}; "
                       f"{run['sentences_s']} sentences/s with the profiler's overhead)")

@@ -205,6 +205,38 @@ def test_bench_fairseq_cli_smoke(tmp_path):
     assert not rows(out, "transformer, SDPA decoding")
 
 
+def test_bench_fairseq_cli_replaces_only_its_own_work(tmp_path, capsys):
+    """--work: what the benchmark would replace there must be its own, else it stops before
+    running anything (exit 2, the user's files intact) unless --force; its own data-bin is
+    reused only with the same data settings."""
+    from benchmarks import bench_fairseq_cli as bench
+    from fairseq_sret_cli.outputs import OutputInTheWay
+
+    work = tmp_path / "work"
+    (work / "bin").mkdir(parents=True)
+    (work / "bin" / "notes.txt").write_text("mine")
+    (work / "results.json").write_text("{}")
+    assert bench.main(["--smoke", "--work", str(work)]) == 2
+    err = capsys.readouterr().err
+    assert "work/bin and 1 more: exists, not made by bench_fairseq_cli" in err and "--force" in err  # + results.json
+    assert (work / "bin" / "notes.txt").read_text() == "mine" and (work / "results.json").read_text() == "{}"
+    bench.claim_work(bench.parse_args(["--smoke", "--work", str(work), "--force"]), work)  # allowed
+
+    own = tmp_path / "own"
+    args = bench.parse_args(["--smoke", "--work", str(own)])
+    data, _ = bench.claim_work(args, own)
+    (own / "bin").mkdir(parents=True)
+    data.record(own / "bin")
+    data, _ = bench.claim_work(args, own)
+    assert data.made_by_me(own / "bin")
+    args.vocab += 1  # other data settings: its own folder, replaced rather than reused
+    data, _ = bench.claim_work(args, own)
+    assert not data.made_by_me(own / "bin")
+    (own / "train_transformer_fp32.log").write_text("a user's log")
+    with pytest.raises(OutputInTheWay, match="train_transformer_fp32.log"):
+        bench.claim_work(args, own)
+
+
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_bench_uptrain_smoke(tmp_path):
     out = run_script("bench_uptrain", "--work-dir", str(tmp_path), timeout=600)
