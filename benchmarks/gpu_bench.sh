@@ -30,7 +30,8 @@
 #              installed from the git-ignored .gpu-kit/ of the checkout (a copy of
 #              ../shared/gpu-kit; pass it with the run's carry) when it is not importable
 #              then benchmarks.bench_nmt (fp32): the same two models built in one process, training
-#              step and beam-5 generation timed round-robin, with torch.profiler tables of each;
+#              step and beam-5 generation timed round-robin (SReT also with its LRC kept apart at
+#              generation, --keep-lrc), with torch.profiler tables of each;
 #              NMT_COMPILE=1 adds generation with the decoder layers compiled (--compile-decoder:
 #              fairseq's layers one by one, SReT's shared layers once each) and gives it 240 s
 #   compile    torch.compile (channels-last, default mode) of SReT-T and DeiT-T, inference then
@@ -109,7 +110,7 @@ if [[ "$SMOKE" == 1 ]]; then
     ATTENTION=(--smoke --skip-parity)
     LRC=(--smoke)
     NMT=(--smoke --sdpa-decoding)
-    DECODE=(--smoke --profile --no-memory --sdpa-decoding)
+    DECODE=(--smoke --profile --no-memory --sdpa-decoding --keep-lrc)
     COMPILE=()
     COMPILE_MORE=()
     [[ "${SMOKE_COMPILE:-0}" == 1 ]] && COMPILE=(--smoke --models sret_t --variants eager --compile sret_t)
@@ -134,7 +135,7 @@ else
     NMT=(--precisions fp16 --sdpa-decoding)
     # the models of the nmt step in one process, with torch.profiler tables of a training step
     # and of a beam-5 generation batch: where SReT's decoding time goes on the GPU
-    DECODE=(--gen-batch 64 --warmup 1 --iters 2 --rounds 3 --profile --sdpa-decoding)
+    DECODE=(--gen-batch 64 --warmup 1 --iters 2 --rounds 3 --profile --sdpa-decoding --keep-lrc)
     # compiled vs compiled: SReT-T and DeiT-T, inference first, then training; eager rows of both
     # again in the same process. compile_more (the S pair, the folded SReT-T) runs when time is
     # left, e.g. in a second call: GPU_BENCH_STEPS=compile_more BUDGET=420 OUT=... bash benchmarks/gpu_bench.sh
