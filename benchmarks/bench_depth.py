@@ -17,7 +17,8 @@ model (fairseq's ``transformer``) is decoded as trained, so that SReT at every d
 baselines are measured in one process, on one clock: ``--figure`` draws them as sentences/s
 against BLEU (the speed/quality frontier), ``--json`` keeps the rows.
 
-Decoding: the whole ``--subset`` with beam ``--beam`` (fairseq's sequence generator via
+Decoding: the whole ``--subset`` with beam ``--beam`` (every model prepared with
+``prepare_for_inference_`` and decoded by fairseq's sequence generator via
 ``task.inference_step``, as fairseq-generate), batches built once, the depths timed
 round-robin (``--rounds``); sentences/s is the median round, and the ratio is over the
 checkpoint's full depth. tokens/hypothesis (EOS included) shows how much decoding a depth
@@ -36,6 +37,7 @@ import tempfile
 import textwrap
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -105,12 +107,15 @@ def load(checkpoint, data, depth: Optional[Depth], device):
     """(model, task, cfg) of ``checkpoint`` at ``depth`` (None: as trained), via the
     override mechanism of fairseq-generate's ``--model-overrides``."""
     from fairseq import checkpoint_utils
+    from fairseq.dataclass.configs import GenerationConfig
 
     overrides = {"data": str(data)}
     if depth is not None:
         overrides.update(encoder_recursions=depth[0], decoder_recursions=depth[1])
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides)
-    model = models[0].to(device).eval()
+    model = models[0].to(device)
+    # as fairseq-generate prepares it (eval mode; SReT's LRC folded into its weights)
+    model.prepare_for_inference_(SimpleNamespace(generation=GenerationConfig(), common=SimpleNamespace()))
     return model, task, cfg
 
 
