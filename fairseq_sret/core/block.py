@@ -7,13 +7,14 @@ from torch import Tensor, nn
 from .attention import AttentionCache, SlicedGroupAttention
 from .drop_path import DropPath
 from .feedforward import FeedForward
+from .fold import FoldsLRC
 from .residual import LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep
 
 BlockCache = Dict[str, AttentionCache]
 
 
-class SReTBlock(nn.Module):
+class SReTBlock(FoldsLRC, nn.Module):
     """Self-attention [+ cross-attention] + FFN, each a residual sub-layer with LRC.
 
     Pre-LN (``normalize_before=True``, the paper's Eq. 1): ``x = res(x, drop(f(LN(x))))``.

@@ -6,6 +6,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .fold import FoldsLRC
 from .linear import FUSABLE_ACTIVATIONS, linear
 from .residual import LearnableResidual
 
@@ -54,7 +55,7 @@ class FeedForward(nn.Module):
         return linear(self.activation_dropout(h), self.fc2)
 
 
-class NonLinearProjection(nn.Module):
+class NonLinearProjection(FoldsLRC, nn.Module):
     """NLL between two applications of a shared layer (paper Eq. 5, with LRC Eq. 8).
 
     ``NLL(z) = zeta * MLP(LN(z)) + theta * z`` with its own hidden ratio; never shared.

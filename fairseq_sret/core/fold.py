@@ -144,3 +144,17 @@ def fold_lrc(model: nn.Module, skip: bool = True, inplace: bool = False) -> nn.M
     for module in [m for m in folded.modules() if callable(getattr(m, "fold_norm_for_inference", None))]:
         module.fold_norm_for_inference()
     return folded
+
+
+class FoldsLRC:
+    """Mixin of the layers that describe their residual sub-layers (``lrc_sublayers()``):
+    :meth:`reparameterize` folds the layer's own LRC coefficients in place. It is the hook that
+    timm's ``reparameterize_model`` (and ``benchmark.py --reparam``, ``validate.py --reparam``)
+    calls on every module that has it, as for RepVGG-style branches."""
+
+    def reparameterize(self) -> None:
+        """Fold this layer's LRC coefficients into its weights, in place, for inference
+        (:func:`fold_lrc`; the layer is left in ``eval()`` mode, its coefficients are no longer
+        parameters). A layer already folded is left as it is."""
+        fold_lrc(self, inplace=True)
+

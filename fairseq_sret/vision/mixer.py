@@ -20,6 +20,7 @@ import torch.fx
 from torch import Tensor, nn
 
 from ..core import DropPath, FeedForward, LearnableResidual, NonLinearProjection, Recursive
+from ..core.fold import FoldsLRC
 from ..core.depth import DepthControl
 from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
 from .registry import image_cfg, register_model
@@ -51,7 +52,7 @@ class MixerConfig:
     )
 
 
-class MixerLayer(nn.Module):
+class MixerLayer(FoldsLRC, nn.Module):
     """Token mixing then channel mixing, each a pre-LN residual with LRC. (B, S, C) -> (B, S, C)."""
 
     def __init__(

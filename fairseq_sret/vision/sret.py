@@ -168,6 +168,10 @@ class ConvBNReLU(nn.Sequential):
             with torch.no_grad():
                 self.inference_weight, self.inference_bias = self._folded_weight_and_bias()
 
+    def reparameterize(self) -> None:
+        """timm's ``reparameterize_model`` hook: :meth:`fold_norm_for_inference`."""
+        self.fold_norm_for_inference()
+
     def train(self, mode: bool = True) -> "ConvBNReLU":
         if mode:
             self.inference_weight = self.inference_bias = None

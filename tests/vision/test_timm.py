@@ -208,6 +208,39 @@ def test_layer_decay_groups_follow_depth():
     assert scale["head.weight"] == 1.0
 
 
+@pytest.mark.parametrize("name", ["sret_t", "recursive_mixer_b16"])
+def test_timm_reparameterize_model_folds_the_lrc_and_the_stem(name):
+    """timm's ``reparameterize_model`` (``benchmark.py --reparam``): a copy with every LRC
+    coefficient, and the stem's BatchNorms, folded into weights, computing the same logits."""
+    from fairseq_sret.core import LearnableResidual
+    from timm.utils.model import reparameterize_model
+
+    torch.manual_seed(0)
+    mixer = "mixer" in name
+    size = 32 if mixer else 64
+    kwargs = dict(embed_dim=32, depth=2, token_mlp_dim=16, channel_mlp_dim=64) if mixer else {}
+    model = timm.create_model(name, img_size=size, num_classes=10, **kwargs)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # coefficients away from 1, some negative; BatchNorm statistics not the identity
+        for key, p in model.named_parameters():
+            if key.endswith(("skip_scale", "branch_scale")):
+                p.copy_((0.5 + torch.rand(1, generator=g)) * (1 if torch.rand(1, generator=g) < 0.7 else -1))
+        for norm in (m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+            norm.running_mean.uniform_(-0.5, 0.5, generator=g)
+            norm.running_var.uniform_(0.5, 2.0, generator=g)
+    model.eval()
+    x = torch.randn(2, 3, size, size, generator=g)
+    learnable = lambda m: sum(isinstance(r, LearnableResidual) and r.learnable for r in m.modules())  # noqa: E731
+    before = learnable(model)
+    deployed = reparameterize_model(model).eval()
+    assert before > 0 and learnable(deployed) == 0 and learnable(model) == before  # a copy, the model untouched
+    stems = [m for m in deployed.modules() if hasattr(m, "inference_weight")]
+    assert all(m.inference_weight is not None for m in stems) and len(stems) == (0 if mixer else 3)
+    with torch.no_grad():
+        reference, folded = model(x), deployed(x)
+    assert ((reference - folded).abs().max() / reference.abs().max()).item() < 1e-4
+
+
 # --------------------------------------------------------------------------- timm's scripts
 def _timm_scripts() -> Path:
     """timm's train.py, validate.py and benchmark.py: not in its source distribution, so from a
@@ -262,3 +295,9 @@ def test_timm_scripts_train_validate_benchmark(tmp_path):
     header, row = (tmp_path / "benchmark.csv").read_text().splitlines()
     result = dict(zip(header.split(","), row.split(",")))
     assert float(result["infer_samples_per_sec"]) > 0 and float(result["train_samples_per_sec"]) > 0
+    # --reparam: timm's reparameterize_model folds the LRC and the stem (our reparameterize hooks)
+    _run_script(scripts / "benchmark.py", "--model", "sret_t", "--img-size", 64, "--batch-size", 2, "--reparam",
+                "--bench", "inference", "--num-warm-iter", 1, "--num-bench-iter", 5, "--device", "cpu",
+                "--results-file", tmp_path / "reparam.csv", cwd=tmp_path)
+    header, row = (tmp_path / "reparam.csv").read_text().splitlines()
+    assert float(dict(zip(header.split(","), row.split(",")))["infer_samples_per_sec"]) > 0
