@@ -42,9 +42,10 @@ residual). ``--gen-dtype float16`` generates with every model cast to half preci
 ``fairseq-generate --fp16`` casts it); ``--skip-train`` leaves out the training rows.
 
 ``--before`` adds the row "sret, before": the same weights as "sret", run the way the code ran
-before the fast paths (the LRC kept apart at generation and computed as three element-wise kernels, ``fast_paths(lrc_one_op=False,
-fused="off")``, and the layers' residual stream as a transposed (B, T, C) view of fairseq's
-(T, B, C) instead of a contiguous copy), so both are measured in this one process.
+before the fast paths (the LRC kept apart at generation and computed as three element-wise
+kernels, ``fast_paths(lrc_one_op=False, fused="off")``, and the layers' residual stream as a
+transposed (B, T, C) view of fairseq's (T, B, C) instead of a contiguous copy), so both are
+measured in this one process.
 """
 
 import argparse

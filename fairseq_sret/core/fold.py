@@ -157,4 +157,3 @@ class FoldsLRC:
         (:func:`fold_lrc`; the layer is left in ``eval()`` mode, its coefficients are no longer
         parameters). A layer already folded is left as it is."""
         fold_lrc(self, inplace=True)
-

@@ -20,8 +20,8 @@ import torch.fx
 from torch import Tensor, nn
 
 from ..core import DropPath, FeedForward, LearnableResidual, NonLinearProjection, Recursive
-from ..core.fold import FoldsLRC
 from ..core.depth import DepthControl
+from ..core.fold import FoldsLRC
 from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
 from .registry import image_cfg, register_model
 

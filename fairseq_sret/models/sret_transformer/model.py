@@ -184,7 +184,8 @@ class SReTTransformerModel(DepthControl, TransformerModel):
         LRC coefficients folded into the neighbouring weights (:func:`~fairseq_sret.core.fold_lrc`;
         not with ``--keep-lrc-in-generation``): the same function up to float rounding, and
         every residual one element-wise operation per decoding step instead of two, as in
-        fairseq's transformer. Folded in the weights' dtype, before ``--bf16`` casts them."""
+        fairseq's transformer. Folded in the dtype the weights have then (fairseq-generate casts
+        to fp16 before; the CPU ``--bf16`` cast comes after)."""
         if not self._is_generation_fast and not getattr(self.args, "keep_lrc_in_generation", False):
             fold_lrc(self, inplace=True)
         super().make_generation_fast_(**kwargs)
