@@ -204,23 +204,19 @@ def claim_work(args, work: Path):
     """(data outputs, run outputs) of this benchmark in ``work``, after checking that
     everything it would replace there is its own (or ``--force``); raises
     :class:`~fairseq_sret_cli.outputs.OutputInTheWay` naming what is in the way."""
-    from fairseq_sret_cli.outputs import OutputInTheWay, Outputs, refusal
+    from fairseq_sret_cli.outputs import Outputs
 
     data = Outputs("bench_fairseq_cli", force=args.force, settings=data_settings(args))
     runs = Outputs("bench_fairseq_cli", force=args.force)  # logs and checkpoints: any run refreshes its own
     folders = [work / "raw", work / "bin"] + [
         work / f"ckpt_{arch}_{precision}" for arch in args.archs for precision in args.precisions]
-    # a folder of ours made with other data settings is replaced, like a file of ours
-    problems = [(folder, "exists, not made by bench_fairseq_cli", True) for folder in folders
-                if folder.exists() and not args.force and not runs.made_by_me(folder)]
     files = [work / "preprocess.log", work / "results.json"] + [
         work / f"{kind}_{arch}_{precision}{suffix}.log" for arch in args.archs for precision in args.precisions
         for kind, suffixes in (("train", [""]), ("generate", [f"_{split}{extra}" for split in ("test", "valid")
                                                               for extra in ("", "_sdpa", "_profiled")]))
         for suffix in suffixes]
-    problems += [(path, *problem) for path in files for problem in [runs._problem(path, False, None)] if problem]
-    if problems:
-        raise OutputInTheWay(refusal(problems))
+    # a folder of ours made with other data settings is replaced, like a file of ours
+    runs.check(files, replaced=folders)
     return data, runs
 
 

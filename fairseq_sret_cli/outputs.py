@@ -165,8 +165,10 @@ class Outputs:
         problem = self._problem(Path(path), folder, own)
         return None if problem is None else refusal([(Path(path), *problem)], fix="-")[:-3]
 
-    def _problem(self, path: Path, folder: bool, own: Optional[Owner]) -> Optional[Tuple[str, bool]]:
-        """(why, said after the path; whether ``--force`` would allow it), or None."""
+    def _problem(self, path: Path, folder: bool, own: Optional[Owner],
+                 replace: bool = False) -> Optional[Tuple[str, bool]]:
+        """(why, said after the path; whether ``--force`` would allow it), or None. A folder
+        (``folder``) is filled, so any folder may be, unless it is to be ``replace``-d whole."""
         source = self.input_at(path)
         if source is not None:
             same = "" if os.path.abspath(source) == os.path.abspath(path) else f" ({source})"
@@ -175,8 +177,11 @@ class Outputs:
             reason = _unwritable(path)
             return None if reason is None else (reason, False)
         if folder:
-            return None if path.is_dir() else ("a file, not a folder", False)
-        if path.is_dir() and not path.is_symlink():
+            if not path.is_dir():
+                return "a file, not a folder", False
+            if not replace:
+                return None
+        elif path.is_dir() and not path.is_symlink():
             return "a folder (give the path of a file)", False
         if self.force or self.made_by_me(path, own):
             return None
@@ -190,10 +195,13 @@ class Outputs:
             return f"made by {entry.get('command')}", True
         return f"exists, not made by {self.command}", True
 
-    def check(self, paths: Iterable, *, fix: str = "", folders: Iterable = (), own: Optional[Owner] = None) -> None:
-        """Raise :class:`OutputInTheWay` naming everything among ``paths`` (files) and
-        ``folders`` that this command may not write, and the fix."""
+    def check(self, paths: Iterable, *, fix: str = "", folders: Iterable = (), replaced: Iterable = (),
+              own: Optional[Owner] = None) -> None:
+        """Raise :class:`OutputInTheWay` naming everything among ``paths`` (files), ``folders``
+        (to be filled) and ``replaced`` (folders the command empties and fills again, like a
+        file it replaces) that this command may not write, and the fix."""
         problems = [(Path(f), *p) for f in folders for p in [self._problem(Path(f), True, None)] if p]
+        problems += [(Path(f), *p) for f in replaced for p in [self._problem(Path(f), True, None, replace=True)] if p]
         problems += [(Path(f), *p) for f in paths for p in [self._problem(Path(f), False, own)] if p]
         if problems:
             raise OutputInTheWay(refusal(problems, fix))

@@ -81,6 +81,23 @@ def test_folders_broken_paths_and_unwritable_places_are_named(tmp_path):
         locked.chmod(0o700)
 
 
+def test_a_folder_replaced_whole_must_be_the_commands_own(tmp_path):
+    """``check(replaced=...)``: a folder the command empties and fills again is refused like a
+    file it did not make (``--force`` allows it); its own, and a new one, pass."""
+    mine, theirs, new = tmp_path / "mine", tmp_path / "theirs", tmp_path / "new"
+    mine.mkdir()
+    write(theirs, "notes.txt", FOREIGN)
+    Outputs("cmd", settings={"vocab": 1}).record(mine)
+    outputs = Outputs("cmd")
+    outputs.check([], replaced=[mine, new])
+    with pytest.raises(OutputInTheWay, match=r"theirs: exists, not made by cmd; .*--force"):
+        outputs.check([], replaced=[mine, theirs])
+    Outputs("cmd", force=True).check([], replaced=[theirs])
+    with pytest.raises(OutputInTheWay, match=r"notes.txt: a file, not a folder; choose another output$"):
+        Outputs("cmd", force=True).check([], replaced=[theirs / "notes.txt"])
+    assert (theirs / "notes.txt").read_text() == FOREIGN
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
     outputs = Outputs("cmd")
     target = outputs.write_text(tmp_path / "out.txt", "old")
