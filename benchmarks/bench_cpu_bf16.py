@@ -21,12 +21,13 @@ the bf16/fp32 ratio of each round.
 import argparse
 import copy
 import statistics
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 
-from .common import clock_fn, clock_note, command_line, default_clock, hardware_line, quiet_logging, set_threads
+from .common import (
+    clock_fn, clock_note, command_line, default_clock, hardware_line, prepare_as_generate, quiet_logging, set_threads,
+)
 
 
 def parse_args(argv=None):
@@ -72,19 +73,13 @@ def synthetic_batch(dictionary, batch, src_len, tgt_len, seed=0):
             "target": target, "ntokens": int(tgt_lengths.sum())}
 
 
-def inference_cfg(bf16: bool, beam: int):
-    """The parts of fairseq-generate's config that ``prepare_for_inference_`` reads."""
-    return SimpleNamespace(common=SimpleNamespace(cpu=True, bf16=bf16, tpu=bf16, memory_efficient_bf16=False),
-                           generation=SimpleNamespace(beam=beam))
-
-
 def decode_fn(model, dictionary, sample, beam, length, bf16):
     """Beam search of a copy of ``model`` prepared as fairseq-generate does (``--bf16`` or not)."""
     from fairseq.sequence_generator import SequenceGenerator
     from fairseq.tasks.fairseq_task import FairseqTask
 
     model = copy.deepcopy(model).eval()
-    model.prepare_for_inference_(inference_cfg(bf16, beam))
+    prepare_as_generate(model, beam, bf16)
     generator = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0, max_len_b=length,
                                   min_len=length)
     source = {"net_input": {k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}}

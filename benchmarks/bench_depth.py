@@ -37,14 +37,13 @@ import tempfile
 import textwrap
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from benchmarks.common import (
-    clock_fn, clock_note, command_line, default_clock, hardware_line, median, pick_device, print_table,
-    quiet_logging, set_threads,
+    clock_fn, clock_note, command_line, default_clock, hardware_line, median, pick_device, prepare_as_generate,
+    print_table, quiet_logging, set_threads,
 )
 
 warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
@@ -103,19 +102,18 @@ def parse_args(argv=None):
 
 
 # --------------------------------------------------------------------------- loading
-def load(checkpoint, data, depth: Optional[Depth], device):
+def load(checkpoint, data, depth: Optional[Depth], device, beam: int):
     """(model, task, cfg) of ``checkpoint`` at ``depth`` (None: as trained), via the
-    override mechanism of fairseq-generate's ``--model-overrides``."""
+    override mechanism of fairseq-generate's ``--model-overrides``, prepared for beam
+    ``beam`` as fairseq-generate prepares it (eval mode; SReT's LRC folded into its weights)."""
     from fairseq import checkpoint_utils
-    from fairseq.dataclass.configs import GenerationConfig
 
     overrides = {"data": str(data)}
     if depth is not None:
         overrides.update(encoder_recursions=depth[0], decoder_recursions=depth[1])
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides)
     model = models[0].to(device)
-    # as fairseq-generate prepares it (eval mode; SReT's LRC folded into its weights)
-    model.prepare_for_inference_(SimpleNamespace(generation=GenerationConfig(), common=SimpleNamespace()))
+    prepare_as_generate(model, beam)
     return model, task, cfg
 
 
@@ -212,7 +210,7 @@ def smoke_setup(folder: Path) -> Tuple[Path, List[Path]]:
 def bench_checkpoint(checkpoint, args, device, clock, name: Optional[str] = None) -> List[dict]:
     """One row per depth: ``{"checkpoint", "depth", "trained", "sentences", "tokens_per_hypothesis",
     "sentences_per_second", "vs_full_depth", "bleu"}``; a model without recursions: one row, as trained."""
-    full, task, _ = load(checkpoint, args.data, None, device)
+    full, task, _ = load(checkpoint, args.data, None, device, args.beam)
     trained = getattr(full, "recursions", None)
     if trained is None:
         depths = [None]
@@ -222,7 +220,7 @@ def bench_checkpoint(checkpoint, args, device, clock, name: Optional[str] = None
         depths = list(args.depth_list)
     if trained not in depths:
         depths.append(trained)  # the reference of the speed ratio
-    models = {d: full if d == trained else load(checkpoint, args.data, d, device)[0] for d in depths}
+    models = {d: full if d == trained else load(checkpoint, args.data, d, device, args.beam)[0] for d in depths}
     samples = batches(task, full, args.subset, args.batch_size, args.max_tokens, device)
     n = len(task.dataset(args.subset))
     fns = {d: decoder_fn(task, models[d], samples, args.beam, args.lenpen) for d in depths}

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import (
     clock_note, command_line, default_clock, flop_counter, fmt_ratio, hardware_line, measure, median, mib,
-    peak_memory, pick_device, print_table, profile_table, quiet_logging, set_threads, sync,
+    peak_memory, pick_device, prepare_as_generate, print_table, profile_table, quiet_logging, set_threads, sync,
 )
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_sret.core import compile_shared_layers, fast_paths
@@ -218,8 +218,7 @@ def prepared_for_generation(model, dtype, beam, keep_lrc=False):
     model = copy.deepcopy(model).to(getattr(torch, dtype))
     if keep_lrc:
         model.args.keep_lrc_in_generation = True
-    model.prepare_for_inference_(types.SimpleNamespace(generation=types.SimpleNamespace(beam=beam),
-                                                       common=types.SimpleNamespace()))
+    prepare_as_generate(model, beam)
     return model
 
 

@@ -197,6 +197,17 @@ def flop_counter():
     return FlopCounterMode(display=False, custom_mapping=custom)
 
 
+def prepare_as_generate(model, beam: int, bf16: bool = False) -> None:
+    """Prepare ``model`` for inference in place as fairseq-generate does
+    (``prepare_for_inference_`` with the parts of its config that it reads: eval mode, SReT's
+    LRC folded into its weights, and with ``bf16`` on the CPU the cast of ``--bf16``)."""
+    from types import SimpleNamespace
+
+    model.prepare_for_inference_(SimpleNamespace(
+        common=SimpleNamespace(cpu=True, bf16=bf16, tpu=bf16, memory_efficient_bf16=False),
+        generation=SimpleNamespace(beam=beam)))
+
+
 def profile_table(step, device, title: str, steps: int = 2, rows: int = 15) -> None:
     """Print torch.profiler's top operators of ``steps`` calls of ``step`` (self time on the
     device for CUDA, on the CPU otherwise) and the number of device kernels per call."""

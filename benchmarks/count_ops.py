@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import command_line, hardware_line, print_table
+from benchmarks.common import command_line, hardware_line, prepare_as_generate, print_table
 
 #: operations that launch nothing: views, metadata, allocations without compute
 NO_KERNEL = {
@@ -145,14 +145,12 @@ def toy_model_and_sources(arch: str, overrides: dict, rows: int, src_len: int, v
     sources for every count of one architecture. The model is prepared for inference as
     fairseq-generate prepares it (``prepare_for_inference_``: eval mode, and SReT's LRC
     folded into its weights unless ``keep_lrc_in_generation``)."""
-    from types import SimpleNamespace
-
     from fairseq_sret_cli.toy import ToyTask, build_model
 
     torch.manual_seed(0)
     task = ToyTask.of_dictionary_size(vocab)
     model = build_model(arch, task=task, **TINY, **overrides)
-    model.prepare_for_inference_(SimpleNamespace(generation=SimpleNamespace(beam=5), common=SimpleNamespace()))
+    prepare_as_generate(model, beam=5)
     d = task.source_dictionary
     src = torch.randint(d.nspecial, len(d), (rows, src_len))
     src[:, -1] = d.eos()
