@@ -17,6 +17,7 @@ from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 import fairseq_sret.core.recursion as recursion_module  # noqa: E402
 from fairseq_sret.core import Recursive  # noqa: E402
 from nmt_helpers import sliced_model  # noqa: E402
+from test_fold import randomize_lrc, residual_kinds  # noqa: E402
 
 
 def test_static_cross_cache_is_kept_for_same_size_orders_and_selected_when_the_batch_shrinks():
@@ -71,6 +72,14 @@ def _full_reorder(cache, new_order):
     for name, value in list(cache.items()):
         if isinstance(value, torch.Tensor):
             cache[name] = value.index_select(0, new_order)
+
+
+def assert_same_hypotheses(got, expected):
+    """The same tokens for every n-best entry, scores equal up to float rounding."""
+    assert [[tokens for tokens, _ in nbest] for nbest in got] == [[tokens for tokens, _ in nbest] for nbest in expected]
+    for nbest, ref in zip(got, expected):
+        for (_, scores), (_, ref_scores) in zip(nbest, ref):
+            torch.testing.assert_close(torch.tensor(scores), torch.tensor(ref_scores), rtol=1e-5, atol=1e-5)
 
 
 def _beam_search_run(groups):
@@ -128,13 +137,7 @@ def test_beam_search_with_one_query_attention_by_matmul_as_with_sdpa():
         reference = run()
     with fast_paths(one_query_attention="matmul"):
         by_matmul = run()
-    def tokens(hypotheses):
-        return [[tokens for tokens, _ in nbest] for nbest in hypotheses]
-
-    assert tokens(by_matmul) == tokens(reference)
-    for nbest, ref in zip(by_matmul, reference):
-        for (_, scores), (_, ref_scores) in zip(nbest, ref):
-            torch.testing.assert_close(torch.tensor(scores), torch.tensor(ref_scores), rtol=1e-5, atol=1e-5)
+    assert_same_hypotheses(by_matmul, reference)
 
 
 @pytest.mark.parametrize("keep", [False, True])
@@ -145,27 +148,17 @@ def test_prepared_for_generation_the_lrc_is_folded_and_the_hypotheses_stay(keep)
     keeps the coefficients, and the computation, as they were."""
     from types import SimpleNamespace
 
-    from fairseq_sret.core import LearnableResidual
-
     model, run = _beam_search_run("2,1")
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():  # coefficients away from 1, some negative: folding has work to do
-        for name, p in model.named_parameters():
-            if name.endswith(("skip_scale", "branch_scale")):
-                p.copy_((0.5 + torch.rand(1, generator=g)) * (1 if torch.rand(1, generator=g) < 0.7 else -1))
+    randomize_lrc(model, seed=2)  # coefficients away from 1, some negative: folding has work to do
     reference = run()
-    learnable = lambda: sum(isinstance(m, LearnableResidual) and m.learnable for m in model.modules())  # noqa: E731
-    before = learnable()
+    before = residual_kinds(model)[0]
     model.args.keep_lrc_in_generation = keep
     model.prepare_for_inference_(SimpleNamespace(generation=SimpleNamespace(beam=4), common=SimpleNamespace()))
-    assert learnable() == (before if keep else 0) and before > 0
+    assert residual_kinds(model)[0] == (before if keep else 0) and before > 0
     with pytest.raises(RuntimeError, match="cannot train after make_generation_fast"):
         model.train()
     prepared = run()
     if keep:
         assert prepared == reference
-        return
-    assert [[t for t, _ in nbest] for nbest in prepared] == [[t for t, _ in nbest] for nbest in reference]
-    for nbest, ref in zip(prepared, reference):
-        for (_, scores), (_, ref_scores) in zip(nbest, ref):
-            torch.testing.assert_close(torch.tensor(scores), torch.tensor(ref_scores), rtol=1e-5, atol=1e-5)
+    else:
+        assert_same_hypotheses(prepared, reference)

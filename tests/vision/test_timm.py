@@ -212,7 +212,7 @@ def test_layer_decay_groups_follow_depth():
 def test_timm_reparameterize_model_folds_the_lrc_and_the_stem(name):
     """timm's ``reparameterize_model`` (``benchmark.py --reparam``): a copy with every LRC
     coefficient, and the stem's BatchNorms, folded into weights, computing the same logits."""
-    from fairseq_sret.core import LearnableResidual
+    from test_fold import randomize_lrc, rel_err, residual_kinds
     from timm.utils.model import reparameterize_model
 
     torch.manual_seed(0)
@@ -220,25 +220,23 @@ def test_timm_reparameterize_model_folds_the_lrc_and_the_stem(name):
     size = 32 if mixer else 64
     kwargs = dict(embed_dim=32, depth=2, token_mlp_dim=16, channel_mlp_dim=64) if mixer else {}
     model = timm.create_model(name, img_size=size, num_classes=10, **kwargs)
+    randomize_lrc(model, seed=1)  # coefficients away from 1, some negative
     g = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # coefficients away from 1, some negative; BatchNorm statistics not the identity
-        for key, p in model.named_parameters():
-            if key.endswith(("skip_scale", "branch_scale")):
-                p.copy_((0.5 + torch.rand(1, generator=g)) * (1 if torch.rand(1, generator=g) < 0.7 else -1))
+    with torch.no_grad():  # BatchNorm statistics not the identity
         for norm in (m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)):
             norm.running_mean.uniform_(-0.5, 0.5, generator=g)
             norm.running_var.uniform_(0.5, 2.0, generator=g)
     model.eval()
     x = torch.randn(2, 3, size, size, generator=g)
-    learnable = lambda m: sum(isinstance(r, LearnableResidual) and r.learnable for r in m.modules())  # noqa: E731
-    before = learnable(model)
+    before = residual_kinds(model)[0]
     deployed = reparameterize_model(model).eval()
-    assert before > 0 and learnable(deployed) == 0 and learnable(model) == before  # a copy, the model untouched
+    # a copy, the model untouched
+    assert before > 0 and residual_kinds(deployed)[0] == 0 and residual_kinds(model)[0] == before
     stems = [m for m in deployed.modules() if hasattr(m, "inference_weight")]
     assert all(m.inference_weight is not None for m in stems) and len(stems) == (0 if mixer else 3)
     with torch.no_grad():
         reference, folded = model(x), deployed(x)
-    assert ((reference - folded).abs().max() / reference.abs().max()).item() < 1e-4
+    assert rel_err(reference, folded) < 1e-4
 
 
 # --------------------------------------------------------------------------- timm's scripts
