@@ -160,7 +160,8 @@ def main(argv=None) -> int:
     uses_work_dir = src is None or src.is_file() or any(p.is_file() and is_archive(p) for p in src.iterdir())
     downloads = Outputs("sret-prepare", force=args.force)
     if uses_work_dir and args.work_dir is None and work_dir.exists() and not downloads.made_by_me(work_dir):
-        downloads.check([work_dir], fix="give another --work-dir, or pass --force to use that folder for downloads")
+        downloads.check([], replaced=[work_dir],
+                        fix="give another --work-dir, or pass --force to use that folder for downloads")
     start = time.time()
     made_out = not out.exists()
     out.mkdir(parents=True, exist_ok=True)

@@ -351,6 +351,10 @@ CASES: List[Case] = [
          ["sret-prepare", "multi30k", "--src", "raw", "--out", "project", "--vocab-size", "60"],
          "project/dict.de.txt: exists, not made by sret-prepare",
          setup=lambda f: (corpus(f), write(f, "project/dict.de.txt", "my dictionary\n"))),
+    Case("prepare-over-user-work-dir", "`sret-prepare --src` an archive, `--out` a folder whose `orig/` (the"
+         " download folder) is the user's", ["sret-prepare", "multi30k", "--src", "raw.tgz", "--out", "project"],
+         "project/orig: exists, not made by sret-prepare; give another --work-dir, or pass --force",
+         setup=lambda f: (write(f, "raw.tgz", "not an archive\n"), write(f, "project/orig/notes.txt", "mine\n"))),
     Case("prepare-vocab-size-0", "`sret-prepare --vocab-size 0`",
          ["sret-prepare", "multi30k", "--src", "raw", "--vocab-size", "0"], "--vocab-size: must be at least 2, got 0"),
     Case("prepare-workers-0", "`sret-prepare --workers 0`",

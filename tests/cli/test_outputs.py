@@ -344,3 +344,29 @@ def test_prepare_puts_a_data_bin_beside_the_corpus_it_reads(tmp_path):
                                        "--force"])
     assert rc == 0 and notes.read_text() == FOREIGN and snapshot(project / "raw") == corpus_before, err[-2000:]
     assert not [p for p in project.iterdir() if p.name.startswith(".sret-prepare")]
+
+
+def test_prepare_downloads_into_a_users_folder_only_with_force(tmp_path):
+    """An archive as ``--src`` is unpacked into ``OUT/orig``; a user's own ``orig`` is not taken over."""
+    import tarfile
+
+    corpus(tmp_path)
+    with tarfile.open(tmp_path / "raw.tgz", "w:gz") as archive:
+        archive.add(tmp_path / "raw", arcname="raw")
+    notes = write(tmp_path, "project/orig/notes.txt", FOREIGN)
+    argv = ["sret-prepare", "multi30k", "--src", "raw.tgz", "--out", "project", "--vocab-size", "60"]
+    writer = WRITERS[1]
+    before = snapshot(tmp_path)
+    rc, err, _ = run(writer, tmp_path, argv)
+    assert rc == 2 and "project/orig: exists, not made by sret-prepare; give another --work-dir" in err, err[-2000:]
+    assert snapshot(tmp_path) == before
+    rc, err, _ = run(writer, tmp_path, argv + ["--force"])
+    assert rc == 0 and (tmp_path / "project" / "sret_data.json").is_file(), err[-2000:]
+    assert notes.read_text() == FOREIGN
+    # the folder is its own now: a data-bin built again (here: after the user deleted it) uses it without --force
+    for path in (tmp_path / "project").iterdir():
+        if path.name not in ("orig", ".sret-outputs.json"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    rc, err, _ = run(writer, tmp_path, argv)
+    assert rc == 0 and (tmp_path / "project" / "sret_data.json").is_file(), err[-2000:]
+    assert notes.read_text() == FOREIGN
