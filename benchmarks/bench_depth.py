@@ -264,35 +264,75 @@ def table_row(row: dict) -> list:
             f"{row['vs_full_depth']:.2f}x", f"{row['bleu']:.2f}"]
 
 
+#: where a label may sit beside its point (offset points, alignment), in order of preference
+LABEL_PLACES = [((dx, dy), "left" if dx > 0 else "right" if dx < 0 else "center", "bottom" if dy > 0 else "top")
+                for rise in (4, 14, 24) for dx, dy in ((5, rise), (5, -rise), (-5, rise), (-5, -rise))]
+
+
+def place_labels(fig, axis, labels: Sequence[Tuple[str, Tuple[float, float]]]) -> None:
+    """Annotate each point with its label at the first place beside it that overlaps no label
+    placed before, no other point and no edge of the plot (else where it overlaps least); a
+    label set further off than the nearest places has a line to its point."""
+    fig.canvas.draw()  # the limits and layout as they will be saved
+    renderer = fig.canvas.get_renderer()
+    frame = axis.get_window_extent(renderer)
+    points = [axis.transData.transform(xy) for _, xy in labels]
+
+    def clash(box, index, placed) -> float:
+        """How much ``box`` is in the way: area shared with placed labels, plus points and edges."""
+        shared = sum(max(0.0, min(box.x1, b.x1) - max(box.x0, b.x0)) * max(0.0, min(box.y1, b.y1) - max(box.y0, b.y0))
+                     for b in placed)
+        hidden = sum(box.contains(*p) for i, p in enumerate(points) if i != index)
+        outside = not (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1)
+        return shared + 1e4 * (hidden + outside)
+
+    placed = []
+    for index, (text, xy) in enumerate(labels):
+        best = None
+        for offset, ha, va in LABEL_PLACES:
+            label = axis.annotate(text, xy, textcoords="offset points", xytext=offset, ha=ha, va=va, fontsize=8)
+            box = label.get_window_extent(renderer).expanded(1.04, 1.2)
+            cost = clash(box, index, placed)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, label, box)
+            else:
+                label.remove()
+            if cost == 0:
+                break
+        cost, label, box = best
+        if abs(label.xyann[1]) > 4:  # a line to its point (the text's place stays as measured)
+            label.remove()
+            axis.annotate(text, xy, textcoords="offset points", xytext=label.xyann, ha=label.get_ha(),
+                          va=label.get_va(), fontsize=8,
+                          arrowprops=dict(arrowstyle="-", linewidth=0.5, color="0.5", shrinkA=0, shrinkB=3))
+        placed.append(box)
+
+
 def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
     """Sentences/s against BLEU, a point per checkpoint and depth, labelled."""
     from fairseq_sret_cli import pyplot
 
     plt = pyplot()
     fig, axis = plt.subplots(figsize=(8, 5.2))
-    speeds, scores = [row["sentences_per_second"] for row in rows], [row["bleu"] for row in rows]
-    x_span, y_span = (max(speeds) - min(speeds)) or 1.0, (max(scores) - min(scores)) or 1.0
-    previous, below = None, False
-    for row in sorted(rows, key=lambda r: r["sentences_per_second"]):
-        # a label runs to the right of its point: under a close neighbour's, it goes below
-        near = previous is not None and (row["sentences_per_second"] - previous[0] < 0.35 * x_span
-                                         and abs(row["bleu"] - previous[1]) < 0.1 * y_span)
-        below, previous = (not below) if near else False, (row["sentences_per_second"], row["bleu"])
+    labels = []
+    for row in rows:
         sret = row["trained"] is not None
         axis.scatter(row["sentences_per_second"], row["bleu"], marker="o" if sret else "s",
                      color="tab:red" if sret else "tab:blue", zorder=3)
-        label = row["checkpoint"] + ("" if not sret or row["depth"] == row["trained"]
-                                     else f" @ depth {_depth(row['depth'])}")
-        axis.annotate(label, (row["sentences_per_second"], row["bleu"]), textcoords="offset points",
-                      xytext=(5, -11) if below else (5, 4), fontsize=8)
+        labels.append((row["checkpoint"] + ("" if not sret or row["depth"] == row["trained"]
+                                            else f" @ depth {_depth(row['depth'])}"),
+                       (row["sentences_per_second"], row["bleu"])))
+    axis.margins(x=0.3, y=0.1)  # room for the labels
     axis.set_xlabel("sentences/s (beam search, higher is faster)")
     axis.set_ylabel("BLEU")
     axis.set_title(title, fontsize=10)
     axis.grid(alpha=0.3)
-    axis.margins(x=0.3, y=0.1)  # room for the labels
     caption = "\n".join(textwrap.fill(line, 160, subsequent_indent="    ") for line in caption.splitlines())
     fig.text(0.01, 0.01, caption, fontsize=6)
     fig.tight_layout(rect=(0, 0.02 + 0.017 * (caption.count("\n") + 1), 1, 1))
+    place_labels(fig, axis, labels)  # where the layout has put the points
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 

@@ -137,6 +137,27 @@ def test_bench_depth_smoke(tmp_path):
     assert foreign.read_text() == "a user's file"
 
 
+def test_frontier_labels_do_not_cover_each_other():
+    """Points a few pixels apart (the Multi30k frontier's transformers): every label readable."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.bench_depth import place_labels
+    from fairseq_sret_cli import pyplot
+
+    plt = pyplot()
+    fig, axis = plt.subplots(figsize=(8, 5.2))
+    points = [(46.0, 39.7), (56.6, 41.5), (57.1, 40.9), (63.3, 41.1), (50.0, 41.3), (8.9, 9.3)]
+    axis.scatter(*zip(*points))
+    axis.margins(x=0.3, y=0.1)
+    place_labels(fig, axis, [(f"transformer {i}+{i} post-LN", xy) for i, xy in enumerate(points)])
+    renderer = fig.canvas.get_renderer()
+    from matplotlib.text import Text
+
+    boxes = [Text.get_window_extent(label, renderer) for label in axis.texts]  # the texts, not their lines
+    plt.close(fig)
+    assert len(boxes) == len(points)
+    assert not [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])]
+
+
 def test_gpu_bench_script_dry_run(tmp_path):
     """benchmarks/gpu_bench.sh in its CPU dry-run mode writes its logs under $OUT."""
     env = dict(_env(), SMOKE="1", OUT=str(tmp_path), PYTHON=sys.executable, GPU_BENCH_STEPS="attention")
