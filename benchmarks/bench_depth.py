@@ -325,6 +325,8 @@ def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
                                             else f" @ depth {_depth(row['depth'])}"),
                        (row["sentences_per_second"], row["bleu"])))
     axis.margins(x=0.3, y=0.1)  # room for the labels
+    low, high = axis.get_xlim()
+    axis.set_xlim(low, high + 0.15 * (high - low))  # labels run to the right of their points first
     axis.set_xlabel("sentences/s (beam search, higher is faster)")
     axis.set_ylabel("BLEU")
     axis.set_title(title, fontsize=10)
