@@ -301,7 +301,7 @@ def place_labels(fig, axis, labels: Sequence[Tuple[str, Tuple[float, float]]]) -
                 label.remove()
             if cost == 0:
                 break
-        cost, label, box = best
+        _, label, box = best
         if abs(label.xyann[1]) > 4:  # a line to its point (the text's place stays as measured)
             label.remove()
             axis.annotate(text, xy, textcoords="offset points", xytext=label.xyann, ha=label.get_ha(),

@@ -139,7 +139,8 @@ def test_bench_depth_smoke(tmp_path):
 
 def test_frontier_labels_do_not_cover_each_other():
     """Points a few pixels apart (the Multi30k frontier's transformers): every label readable."""
-    sys.path.insert(0, str(REPO))
+    from matplotlib.text import Text
+
     from benchmarks.bench_depth import place_labels
     from fairseq_sret_cli import pyplot
 
@@ -150,8 +151,6 @@ def test_frontier_labels_do_not_cover_each_other():
     axis.margins(x=0.3, y=0.1)
     place_labels(fig, axis, [(f"transformer {i}+{i} post-LN", xy) for i, xy in enumerate(points)])
     renderer = fig.canvas.get_renderer()
-    from matplotlib.text import Text
-
     boxes = [Text.get_window_extent(label, renderer) for label in axis.texts]  # the texts, not their lines
     plt.close(fig)
     assert len(boxes) == len(points)
