@@ -142,8 +142,9 @@ def main(argv=None) -> int:
                      "--decoder-ffn-embed-dim", 4 * dim, "--encoder-attention-heads", "4",
                      "--decoder-attention-heads", "4", "--encoder-normalize-before", "--decoder-normalize-before",
                      "--share-all-embeddings"]
+    # fairseq alone (no plugin, so no consumer_exit patch): no reading thread to abort its exit
     teacher_log = tool("fairseq-train", data, *optim, *teacher_model, "--max-update", args.teacher_updates,
-                       "--save-dir", work / "teacher", log=work / "teacher.log")
+                       "--data-buffer-size", "0", "--save-dir", work / "teacher", log=work / "teacher.log")
     teacher = work / "teacher" / "checkpoint_best.pt"  # what a user converts: the best valid loss
 
     converted = work / "uptrained.pt"

@@ -77,6 +77,12 @@ The patches:
   Patched: ``candidate_multiple=2`` (its own setting for this generator), and the ids are
   mapped to the rows of the batch's first step.
 
+- ``consumer_exit``: ``BufferedIterator`` reads batches ahead in a daemon thread that nothing
+  stops. When ``fairseq-train`` stops mid-epoch (``--max-update``), that thread is still
+  collating the next batches as the interpreter exits; caught inside a torch call, it ends in
+  ``terminate called without an active exception`` and the process aborts (status -6) after
+  the checkpoints were saved. Patched: at exit each consumer finishes its batch and stops.
+
 - ``load_error_cause``: ``Trainer.load_checkpoint`` turns every error of loading the weights
   into ``Cannot load model parameters from checkpoint ...; please ensure that the
   architectures match``, so the last line of a refused resume or fine-tuning (another
@@ -92,13 +98,18 @@ one set of parameters whose gradient autograd sums before DDP's hook sees it.
 """
 
 import argparse
+import atexit
 import contextlib
 import functools
 import importlib.util
 import logging
 import os
+import queue
 import sys
 import tempfile
+import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Set
 
@@ -106,7 +117,7 @@ import numpy as np
 import torch
 from fairseq import checkpoint_utils
 from fairseq import trainer as trainer_module
-from fairseq.data import data_utils
+from fairseq.data import data_utils, iterators
 from fairseq.dataclass.configs import FairseqConfig
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.distributed import utils as distributed_utils
@@ -1030,6 +1041,75 @@ def _install_atomic_checkpoint_copy() -> None:
     checkpoint_utils.PathManager = AtomicCopyPathManager(checkpoint_utils.PathManager)
 
 
+# ---------------------------------------------------------------- consumer_exit
+class _UntilStopped:
+    """``source``'s items until ``stop`` is set; checked before each item is read, so a
+    consumer asked to stop finishes the batch it is collating and reads no other."""
+
+    def __init__(self, source, stop: threading.Event):
+        self.source, self.stop = source, stop
+
+    def __len__(self):
+        return len(self.source)
+
+    def __iter__(self):
+        items = iter(self.source)
+        while not self.stop.is_set():
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            yield item
+
+
+#: the live consumers that :func:`stop_consumers` stops when the process exits
+_CONSUMERS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+class StoppableBackgroundConsumer(iterators.BackgroundConsumer):
+    """fairseq's batch-reading daemon thread, with a ``stop`` event that ends its loop."""
+
+    def __init__(self, queue_, source, max_len, cuda_device):
+        self.stop = threading.Event()
+        super().__init__(queue_, _UntilStopped(source, self.stop), max_len, cuda_device)
+        _CONSUMERS.add(self)
+
+
+def stop_consumers(timeout: float = 30.0) -> None:
+    """Stop every live consumer and wait for it (at most ``timeout`` seconds in all): each
+    finishes its batch, its queue is emptied so that no ``put`` blocks, and it ends."""
+    consumers = [c for c in list(_CONSUMERS) if c.is_alive()]
+    for consumer in consumers:
+        consumer.stop.set()
+    deadline = time.monotonic() + timeout
+    for consumer in consumers:
+        while consumer.is_alive() and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    consumer._queue.get_nowait()
+            consumer.join(0.01)
+
+
+def consumer_outlives_its_iterator(buffered_iterator_cls=None) -> bool:
+    """Is ``BufferedIterator``'s reading thread a daemon left running, with nothing to stop it,
+    when its iterator is abandoned mid-epoch (as ``fairseq-train`` leaves it at
+    ``--max-update``)? Such a thread is still inside torch when the interpreter exits."""
+    cls = buffered_iterator_cls or iterators.BufferedIterator
+    iterator = cls(1, list(range(3)))
+    next(iterator)  # the consumer has read on and waits to put the next item
+    consumer = iterator._consumer
+    outlives = consumer.daemon and consumer.is_alive() and not isinstance(consumer, StoppableBackgroundConsumer)
+    while consumer.is_alive():  # let the probe's own thread finish
+        with contextlib.suppress(queue.Empty):
+            iterator._queue.get(timeout=0.01)
+    return outlives
+
+
+def _install_consumer_exit() -> None:
+    iterators.BackgroundConsumer = StoppableBackgroundConsumer
+    atexit.register(stop_consumers)
+
+
 # ---------------------------------------------------------------- registry
 FAIRSEQ_ISSUES = "https://github.com/facebookresearch/fairseq/issues/"
 
@@ -1062,6 +1142,9 @@ PATCHES = (
           " (a kill during the copy truncates them)", checkpoints_copied_in_place, _install_atomic_checkpoint_copy),
     Patch("cpu_bf16_training", "fairseq-train --cpu --bf16 asks for a TPU and would cast the model to bf16",
           fairseq_trains_cpu_bf16_badly, _install_cpu_bf16_training, FAIRSEQ_ISSUES + "4696"),
+    Patch("consumer_exit", "the thread that reads batches ahead is left running when fairseq-train stops"
+          " mid-epoch, and the interpreter's exit can abort the process inside it",
+          consumer_outlives_its_iterator, _install_consumer_exit),
 )
 
 #: ``{patch name: "applied" | "not needed" | "turned off"}`` once :func:`apply_patches` has run.

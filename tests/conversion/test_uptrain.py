@@ -188,7 +188,10 @@ def test_uptrain_then_generate_and_finetune(tmp_path):
              "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
              "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--encoder-normalize-before",
              "--decoder-normalize-before", "--share-all-embeddings"]
-    run("fairseq-train", data, *TRAIN, *model, "--max-update", "4", "--save-dir", tmp_path / "transformer")
+    # fairseq alone, as users train their transformers; without the plugin's consumer_exit patch its
+    # reading thread can abort the exit after a mid-epoch --max-update, so none reads ahead
+    run("fairseq-train", data, *TRAIN, *model, "--max-update", "4", "--data-buffer-size", "0",
+        "--save-dir", tmp_path / "transformer")
     source = tmp_path / "transformer" / "checkpoint_last.pt"
     converted = tmp_path / "uptrained.pt"
     result = subprocess.run([sys.executable, "-m", "fairseq_sret_cli.uptrain", str(source), str(converted)],

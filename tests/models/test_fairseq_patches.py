@@ -368,3 +368,72 @@ def test_a_resume_never_replaces_a_better_best_checkpoint(tmp_path):
             assert kept == 0.001 and "holds a better validation score (0.001)" in log
         else:
             assert kept > 0.001  # the validation of epoch 3 replaced the better checkpoint
+
+
+def test_consumer_exit_defect_without_the_patch(monkeypatch):
+    assert not fairseq_patches.consumer_outlives_its_iterator()
+    from fairseq.data import iterators
+
+    monkeypatch.setattr(iterators, "BackgroundConsumer", fairseq_patches.StoppableBackgroundConsumer.__bases__[0])
+    assert fairseq_patches.consumer_outlives_its_iterator()
+
+
+def test_stopped_consumers_finish_their_batch_and_read_no_more():
+    from fairseq.data import iterators
+
+    read = []
+
+    class Batches:
+        def __len__(self):
+            return 10 ** 6
+
+        def __iter__(self):
+            while True:
+                read.append(torch.ones(64, 64).sum())
+                yield read[-1]
+
+    iterator = iterators.BufferedIterator(4, Batches())
+    next(iterator)
+    consumer = iterator._consumer
+    fairseq_patches.stop_consumers(timeout=30)
+    assert not consumer.is_alive()
+    count = len(read)
+    consumer.join(0.1)
+    assert len(read) == count
+
+
+#: a process abandoning a BufferedIterator whose consumer is busy in torch (as fairseq-train
+#: leaves it at --max-update mid-epoch), then exiting
+ABANDONED_CONSUMER = """
+import torch
+import fairseq_sret.models
+from fairseq.data import iterators
+
+torch.set_num_threads(1)
+a = torch.randn(200, 200)
+
+class Batches:
+    def __len__(self):
+        return 10 ** 6
+
+    def __iter__(self):
+        while True:
+            yield (a @ a).sum()
+
+iterator = iterators.BufferedIterator(10 ** 6, Batches())
+next(iterator)
+print("read a batch", flush=True)
+"""
+
+
+@pytest.mark.parametrize("patches", ["all", "-consumer_exit"])
+def test_exit_with_a_busy_consumer(patches):
+    """Without the patch the interpreter's exit meets the consumer inside a torch call and the
+    process aborts ('terminate called without an active exception'); with it, it exits 0."""
+    result = subprocess.run([sys.executable, "-c", ABANDONED_CONSUMER], env=dict(ENV, SRET_FAIRSEQ_PATCHES=patches),
+                            capture_output=True, text=True, timeout=300)
+    assert "read a batch" in result.stdout
+    if patches == "all":
+        assert result.returncode == 0, result.stderr[-2000:]
+    else:
+        assert result.returncode != 0 and "terminate called" in result.stderr, (result.returncode, result.stderr[-2000:])
