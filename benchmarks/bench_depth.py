@@ -5,6 +5,7 @@ the speed/quality frontier they draw beside fairseq's transformer.
     python -m benchmarks.bench_depth --data data-bin/toy --checkpoints ckpt.pt --depths 1,2,1/2 --rounds 3
     python -m benchmarks.bench_depth --data data-bin/multi30k --checkpoints sret.pt transformer.pt \
         --names "SReT tiny" "transformer 3+3" --figure frontier.png --json frontier.json
+    python -m benchmarks.bench_depth --from-json frontier.json --figure frontier.png --force   # redraw only
     python -m benchmarks.bench_depth --smoke      # trains a tiny model on the toy corpus (seconds)
 
 Every checkpoint is loaded once per depth the way users run it, through fairseq's
@@ -15,7 +16,8 @@ default to 1 .. the trained count (a side with fewer recursions stays at its ful
 ``--depths 1,2,1/2`` lists them (ENC/DEC for different depths). A checkpoint of another
 model (fairseq's ``transformer``) is decoded as trained, so that SReT at every depth and the
 baselines are measured in one process, on one clock: ``--figure`` draws them as sentences/s
-against BLEU (the speed/quality frontier), ``--json`` keeps the rows.
+against BLEU (the speed/quality frontier; points far below the best BLEU in an overview
+beside a zoom on the rest), ``--json`` keeps the rows, ``--from-json`` draws them again.
 
 Decoding: the whole ``--subset`` with beam ``--beam`` (every model prepared with
 ``prepare_for_inference_`` and decoded by fairseq's sequence generator via
@@ -77,6 +79,9 @@ def parse_args(argv=None):
                    " (default: its folder and file name)")
     p.add_argument("--figure", help="draw sentences/s against BLEU to this PNG")
     p.add_argument("--json", help="write the rows to this JSON file")
+    p.add_argument("--from-json", metavar="JSON",
+                   help="decode nothing: print the table and draw --figure from the rows a --json run kept"
+                        " (its command and machine stay in the caption)")
     p.add_argument("--force", action="store_true", help="replace a --figure/--json file this script did not make")
     p.add_argument("--subset", default="test")
     p.add_argument("--depths", default=None, help="comma-separated DEPTH or ENC/DEC (default: 1 .. trained)")
@@ -93,8 +98,13 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true",
                    help="train a tiny mixed-depth model on the toy corpus for a few updates and benchmark it")
     args = p.parse_args(argv)
-    if not args.smoke and (not args.data or not args.checkpoints):
-        p.error("--data and --checkpoints are required (or --smoke)")
+    if args.from_json:
+        if args.smoke or args.checkpoints or args.json:
+            p.error("--from-json draws from kept rows: it takes no --smoke, --checkpoints or --json")
+        if not args.figure:
+            p.error("--from-json needs --figure")
+    elif not args.smoke and (not args.data or not args.checkpoints):
+        p.error("--data and --checkpoints are required (or --smoke, or --from-json)")
     if args.names and not args.smoke and len(args.names) != len(args.checkpoints or []):
         p.error(f"--names: {len(args.names)} names for {len(args.checkpoints or [])} checkpoints")
     args.depth_list = parse_depths(args.depths)
@@ -193,8 +203,8 @@ def smoke_setup(folder: Path) -> Tuple[Path, List[Path]]:
          "--criterion", "sret_mixed_depth_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
          "--mixed-depth", "1:0.5", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
          "--no-progress-bar", "--log-format", "simple"),
-        ("fairseq-train", bin_dir, "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
-         "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+        ("fairseq-train", bin_dir, "--user-dir", user_dir, "--arch", "transformer", "--encoder-layers", "1",
+         "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
          "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
          "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "400", "--cpu",
          "--num-workers", "0", "--seed", "1", "--max-update", "5", "--save-dir", baseline, "--no-epoch-checkpoints",
@@ -310,12 +320,20 @@ def place_labels(fig, axis, labels: Sequence[Tuple[str, Tuple[float, float]]]) -
         placed.append(box)
 
 
-def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
-    """Sentences/s against BLEU, a point per checkpoint and depth, labelled."""
-    from fairseq_sret_cli import pyplot
+#: points more than this many BLEU below the best are drawn in an overview beside a zoom on the others
+ZOOM_BLEU = 5.0
 
-    plt = pyplot()
-    fig, axis = plt.subplots(figsize=(8, 5.2))
+
+def zoom_split(rows: Sequence[dict], within: float = ZOOM_BLEU) -> Tuple[List[dict], List[dict]]:
+    """(rows within ``within`` BLEU of the best, the rows below): a depth that was not trained
+    for squeezes the converged models into a few pixels unless they get an axis of their own."""
+    best = max(row["bleu"] for row in rows)
+    return ([row for row in rows if row["bleu"] >= best - within],
+            [row for row in rows if row["bleu"] < best - within])
+
+
+def _frontier_points(axis, rows: Sequence[dict]) -> List[Tuple[str, Tuple[float, float]]]:
+    """Scatter ``rows`` on ``axis`` (SReT red circles, other models blue squares); their labels."""
     labels = []
     for row in rows:
         sret = row["trained"] is not None
@@ -324,16 +342,51 @@ def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
         labels.append((row["checkpoint"] + ("" if not sret or row["depth"] == row["trained"]
                                             else f" @ depth {_depth(row['depth'])}"),
                        (row["sentences_per_second"], row["bleu"])))
-    axis.margins(x=0.3, y=0.1)  # room for the labels
+    return labels
+
+
+def draw_frontier(rows: Sequence[dict], path, title: str, caption: str) -> None:
+    """Sentences/s against BLEU, a point per checkpoint and depth, labelled; points far below
+    the best (``zoom_split``) in an overview panel on the left, the rest zoomed on the right."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    from fairseq_sret_cli import pyplot
+
+    plt = pyplot()
+    zoomed, below = zoom_split(rows)
+    if below:
+        fig, (overview, axis) = plt.subplots(1, 2, figsize=(10, 5.2), gridspec_kw={"width_ratios": [1, 2.2]})
+        overview_labels = _frontier_points(overview, below)
+        _frontier_points(overview, zoomed)
+        overview.margins(x=0.25, y=0.1)
+        overview.set_title("all points", fontsize=9)
+    else:
+        fig, axis = plt.subplots(figsize=(8, 5.2))
+    labels = _frontier_points(axis, zoomed)
+    axis.margins(x=0.3, y=0.15)  # room for the labels
     low, high = axis.get_xlim()
     axis.set_xlim(low, high + 0.15 * (high - low))  # labels run to the right of their points first
-    axis.set_xlabel("sentences/s (beam search, higher is faster)")
-    axis.set_ylabel("BLEU")
-    axis.set_title(title, fontsize=10)
-    axis.grid(alpha=0.3)
+    handles = [Line2D([], [], marker=m, color=c, linestyle="", label=name) for m, c, name in
+               (("o", "tab:red", "sret_transformer"), ("s", "tab:blue", "other model (as trained)"))]
+    axis.legend(handles=handles, loc="lower right", fontsize=8)
+    for panel in ([overview, axis] if below else [axis]):
+        panel.set_xlabel("sentences/s (beam search, higher is faster)")
+        panel.set_ylabel("BLEU")
+        panel.grid(alpha=0.3)
+    if below:
+        axis.set_title(f"within {ZOOM_BLEU:g} BLEU of the best", fontsize=9)
+        (x0, x1), (y0, y1) = axis.get_xlim(), axis.get_ylim()
+        overview.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, linestyle="--", linewidth=0.7,
+                                     edgecolor="0.4"))
+        fig.suptitle(title, fontsize=10)
+    else:
+        axis.set_title(title, fontsize=10)
     caption = "\n".join(textwrap.fill(line, 160, subsequent_indent="    ") for line in caption.splitlines())
     fig.text(0.01, 0.01, caption, fontsize=6)
     fig.tight_layout(rect=(0, 0.02 + 0.017 * (caption.count("\n") + 1), 1, 1))
+    if below:
+        place_labels(fig, overview, overview_labels)
     place_labels(fig, axis, labels)  # where the layout has put the points
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
@@ -343,6 +396,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     quiet_logging()
     logging.getLogger("fairseq").setLevel(logging.WARNING)
+    if args.from_json:
+        return redraw(args)
     import fairseq_sret.models  # noqa: F401  (registers sret_transformer and its criterion)
 
     device = pick_device(args.device)
@@ -368,17 +423,46 @@ def main(argv=None) -> int:
             rows += bench_checkpoint(checkpoint, args, device, clock, name)
     title = (f"decoding at every depth: beam {args.beam}, subset '{args.subset}', {clock_note(clock)},"
              f" median of {args.rounds} round(s)")
-    print_table(title, ["checkpoint", "depth enc/dec", "trained enc/dec", "sentences", "tokens/hypothesis",
-                        "sentences/s", "vs full depth", "BLEU"], [table_row(r) for r in rows])
+    print_table(title, TABLE_HEADER, [table_row(r) for r in rows])
     if args.json:
         outputs.write_text(args.json, json.dumps({"command": command_line(), "hardware": hardware_line(device),
                                                   "title": title, "rows": rows}, indent=2) + "\n")
     if args.figure:
         with outputs.writing(args.figure) as tmp:
-            draw_frontier(rows, tmp, f"Translation speed against BLEU (beam {args.beam}, subset '{args.subset}')",
-                          f"{command_line()}\n{hardware_line(device)}\n{clock_note(clock)},"
-                          f" median of {args.rounds} round(s)")
+            draw_frontier(rows, tmp, FIGURE_TITLE,
+                          f"{command_line()}\n{hardware_line(device)}\n{title}")
         print(f"figure: {args.figure}")
+    return 0
+
+
+TABLE_HEADER = ["checkpoint", "depth enc/dec", "trained enc/dec", "sentences", "tokens/hypothesis", "sentences/s",
+                "vs full depth", "BLEU"]
+#: the figure's title; its caption names the beam, the subset and the clock
+FIGURE_TITLE = "Translation speed against BLEU"
+
+
+def redraw(args) -> int:
+    """``--from-json``: the table and the figure of a kept run, nothing decoded."""
+    from fairseq_sret_cli.outputs import Outputs, OutputInTheWay
+
+    try:
+        kept = json.loads(Path(args.from_json).read_text())
+        rows, title, command, hardware = kept["rows"], kept["title"], kept["command"], kept["hardware"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"bench_depth: --from-json {args.from_json}: not the rows of a --json run ({exc})", file=sys.stderr)
+        return 2
+    outputs = Outputs("bench_depth", force=args.force, inputs=[args.from_json])
+    try:
+        outputs.check([args.figure])
+    except OutputInTheWay as exc:
+        print(f"bench_depth: {exc}", file=sys.stderr)
+        return 2
+    print(f"rows of: {command}")
+    print_table(title, TABLE_HEADER, [table_row(r) for r in rows])
+    with outputs.writing(args.figure) as tmp:
+        draw_frontier(rows, tmp, FIGURE_TITLE,
+                      f"{command}\n{hardware}\n{title}\ndrawn from its JSON by {command_line().removeprefix('command: ')}")
+    print(f"figure: {args.figure}")
     return 0
 
 

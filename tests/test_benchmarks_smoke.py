@@ -25,9 +25,9 @@ def _env():
     return env
 
 
-def run_script(name, *args, timeout=120):
+def run_script(name, *args, timeout=120, smoke=True):
     proc = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--smoke", *args], cwd=REPO, env=_env(),
+        [sys.executable, "-m", f"benchmarks.{name}", *(["--smoke"] if smoke else []), *args], cwd=REPO, env=_env(),
         capture_output=True, text=True, timeout=timeout,
     )
     assert proc.returncode == 0, f"{name} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -135,6 +135,24 @@ def test_bench_depth_smoke(tmp_path):
                              cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "not made by bench_depth" in refused.stderr
     assert foreign.read_text() == "a user's file"
+    redrawn = tmp_path / "redrawn.png"
+    out = run_script("bench_depth", "--from-json", str(table_file), "--figure", str(redrawn), smoke=False)
+    assert rows(out, "ckpt/checkpoint_last.pt") == table and redrawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    not_rows = subprocess.run([sys.executable, "-m", "benchmarks.bench_depth", "--from-json", str(foreign),
+                               "--figure", str(tmp_path / "other.png")],
+                              cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    assert not_rows.returncode == 2 and "not the rows of a --json run" in not_rows.stderr
+    assert not (tmp_path / "other.png").exists()
+
+
+def test_frontier_zooms_on_the_models_near_the_best():
+    """A depth not trained for (BLEU 9) goes to the overview; the converged models keep an axis."""
+    from benchmarks.bench_depth import zoom_split
+
+    rows = [{"bleu": b, "name": n} for n, b in (("sret", 39.7), ("sret@1", 9.3), ("t2", 41.1), ("mixed@1", 40.7))]
+    near, below = zoom_split(rows)
+    assert [r["name"] for r in near] == ["sret", "t2", "mixed@1"] and [r["name"] for r in below] == ["sret@1"]
+    assert zoom_split(rows[2:]) == (rows[2:], [])
 
 
 def test_frontier_labels_do_not_cover_each_other():
