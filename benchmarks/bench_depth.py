@@ -22,8 +22,8 @@ beside a zoom on the rest), ``--json`` keeps the rows, ``--from-json`` draws the
 Decoding: the whole ``--subset`` with beam ``--beam`` (every model prepared with
 ``prepare_for_inference_`` and decoded by fairseq's sequence generator via
 ``task.inference_step``, as fairseq-generate), batches built once, the depths timed
-round-robin (``--rounds``); sentences/s is the median round, and the ratio is over the
-checkpoint's full depth. tokens/hypothesis (EOS included) shows how much decoding a depth
+round-robin (``--rounds``; a line per round on stderr); sentences/s is the median round, and
+the ratio is over the checkpoint's full depth. tokens/hypothesis (EOS included) shows how much decoding a depth
 did: a depth that never learned to stop decodes to fairseq's maximum length. BLEU: sacreBLEU of the detokenized hypotheses against the data
 set's references when the data-bin was made by ``sret-prepare`` (its ``sret_data.json``),
 otherwise against the data-bin's own target sentences.
@@ -240,7 +240,8 @@ def bench_checkpoint(checkpoint, args, device, clock, name: Optional[str] = None
             outputs[d] = fn()
     now = clock_fn(clock)
     seconds: Dict[Depth, List[float]] = {d: [] for d in depths}
-    for _ in range(args.rounds):
+    label = name or "/".join(Path(checkpoint).parts[-2:])  # folder/checkpoint_last.pt
+    for round_ in range(args.rounds):
         for d, fn in fns.items():
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -249,8 +250,9 @@ def bench_checkpoint(checkpoint, args, device, clock, name: Optional[str] = None
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             seconds[d].append(now() - start)
+        speeds = ", ".join(f"depth {_depth(d)} {n / seconds[d][-1]:.1f}" for d in depths)
+        print(f"{label}: round {round_ + 1}/{args.rounds}: sentences/s {speeds}", file=sys.stderr, flush=True)
     rows = []
-    label = name or "/".join(Path(checkpoint).parts[-2:])  # folder/checkpoint_last.pt
     reference = n / median(seconds[trained])
     for d in depths:
         speed = n / median(seconds[d])
