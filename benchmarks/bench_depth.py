@@ -23,10 +23,11 @@ Decoding: the whole ``--subset`` with beam ``--beam`` (every model prepared with
 ``prepare_for_inference_`` and decoded by fairseq's sequence generator via
 ``task.inference_step``, as fairseq-generate), batches built once, the depths timed
 round-robin (``--rounds``; a line per round on stderr); sentences/s is the median round, and
-the ratio is over the checkpoint's full depth. tokens/hypothesis (EOS included) shows how much decoding a depth
-did: a depth that never learned to stop decodes to fairseq's maximum length. BLEU: sacreBLEU of the detokenized hypotheses against the data
-set's references when the data-bin was made by ``sret-prepare`` (its ``sret_data.json``),
-otherwise against the data-bin's own target sentences.
+the ratio is over the checkpoint's full depth. tokens/hypothesis (EOS included) shows how
+much decoding a depth did: a depth that never learned to stop decodes to fairseq's maximum
+length. BLEU: sacreBLEU of the detokenized hypotheses against the data set's references when
+the data-bin was made by ``sret-prepare`` (its ``sret_data.json``), otherwise against the
+data-bin's own target sentences.
 """
 
 import argparse
@@ -204,8 +205,9 @@ def smoke_setup(folder: Path) -> Tuple[Path, List[Path]]:
          "--mixed-depth", "1:0.5", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
          "--no-progress-bar", "--log-format", "simple"),
         ("fairseq-train", bin_dir, "--user-dir", user_dir, "--arch", "transformer", "--encoder-layers", "1",
-         "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-         "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+         "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+         "--decoder-attention-heads", "2",
          "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "400", "--cpu",
          "--num-workers", "0", "--seed", "1", "--max-update", "5", "--save-dir", baseline, "--no-epoch-checkpoints",
          "--disable-validation", "--no-progress-bar", "--log-format", "simple"),
@@ -462,8 +464,8 @@ def redraw(args) -> int:
     print(f"rows of: {command}")
     print_table(title, TABLE_HEADER, [table_row(r) for r in rows])
     with outputs.writing(args.figure) as tmp:
-        draw_frontier(rows, tmp, FIGURE_TITLE,
-                      f"{command}\n{hardware}\n{title}\ndrawn from its JSON by {command_line().removeprefix('command: ')}")
+        redrawn_by = command_line().removeprefix("command: ")
+        draw_frontier(rows, tmp, FIGURE_TITLE, f"{command}\n{hardware}\n{title}\ndrawn from its JSON by {redrawn_by}")
     print(f"figure: {args.figure}")
     return 0
 

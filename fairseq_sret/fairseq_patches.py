@@ -1090,12 +1090,11 @@ def stop_consumers(timeout: float = 30.0) -> None:
             consumer.join(0.01)
 
 
-def consumer_outlives_its_iterator(buffered_iterator_cls=None) -> bool:
+def consumer_outlives_its_iterator() -> bool:
     """Is ``BufferedIterator``'s reading thread a daemon left running, with nothing to stop it,
     when its iterator is abandoned mid-epoch (as ``fairseq-train`` leaves it at
     ``--max-update``)? Such a thread is still inside torch when the interpreter exits."""
-    cls = buffered_iterator_cls or iterators.BufferedIterator
-    iterator = cls(1, list(range(3)))
+    iterator = iterators.BufferedIterator(1, list(range(3)))
     next(iterator)  # the consumer has read on and waits to put the next item
     consumer = iterator._consumer
     outlives = consumer.daemon and consumer.is_alive() and not isinstance(consumer, StoppableBackgroundConsumer)

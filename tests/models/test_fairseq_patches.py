@@ -436,4 +436,5 @@ def test_exit_with_a_busy_consumer(patches):
     if patches == "all":
         assert result.returncode == 0, result.stderr[-2000:]
     else:
-        assert result.returncode != 0 and "terminate called" in result.stderr, (result.returncode, result.stderr[-2000:])
+        assert result.returncode != 0 and "terminate called" in result.stderr, \
+            (result.returncode, result.stderr[-2000:])
