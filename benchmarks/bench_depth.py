@@ -409,13 +409,8 @@ def main(argv=None) -> int:
     clock = args.clock or default_clock(device)
     print(command_line())
     print(hardware_line(device), flush=True)
-    from fairseq_sret_cli.outputs import Outputs, OutputInTheWay
-
-    outputs = Outputs("bench_depth", force=args.force, inputs=[*(args.checkpoints or []), args.data])
-    try:
-        outputs.check([path for path in (args.figure, args.json) if path])  # before the long part
-    except OutputInTheWay as exc:
-        print(f"bench_depth: {exc}", file=sys.stderr)
+    outputs = checked_outputs(args, [args.figure, args.json], [*(args.checkpoints or []), args.data])
+    if outputs is None:  # before the long part
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         if args.smoke:
@@ -445,21 +440,30 @@ TABLE_HEADER = ["checkpoint", "depth enc/dec", "trained enc/dec", "sentences", "
 FIGURE_TITLE = "Translation speed against BLEU"
 
 
-def redraw(args) -> int:
-    """``--from-json``: the table and the figure of a kept run, nothing decoded."""
+def checked_outputs(args, paths, inputs):
+    """The script's ``Outputs`` once none of ``paths`` (None: not asked for) is in the way of
+    writing; None, with the reason on stderr, where one is (a file it did not make, no --force)."""
     from fairseq_sret_cli.outputs import Outputs, OutputInTheWay
 
+    outputs = Outputs("bench_depth", force=args.force, inputs=inputs)
+    try:
+        outputs.check([path for path in paths if path])
+    except OutputInTheWay as exc:
+        print(f"bench_depth: {exc}", file=sys.stderr)
+        return None
+    return outputs
+
+
+def redraw(args) -> int:
+    """``--from-json``: the table and the figure of a kept run, nothing decoded."""
     try:
         kept = json.loads(Path(args.from_json).read_text())
         rows, title, command, hardware = kept["rows"], kept["title"], kept["command"], kept["hardware"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"bench_depth: --from-json {args.from_json}: not the rows of a --json run ({exc})", file=sys.stderr)
         return 2
-    outputs = Outputs("bench_depth", force=args.force, inputs=[args.from_json])
-    try:
-        outputs.check([args.figure])
-    except OutputInTheWay as exc:
-        print(f"bench_depth: {exc}", file=sys.stderr)
+    outputs = checked_outputs(args, [args.figure], [args.from_json])
+    if outputs is None:
         return 2
     print(f"rows of: {command}")
     print_table(title, TABLE_HEADER, [table_row(r) for r in rows])
