@@ -48,7 +48,8 @@ def get_parser() -> argparse.ArgumentParser:
     v.add_argument("--list", action="store_true", help="list the registered models and exit")
     v.add_argument("--img-size", type=at_least(1), nargs="+", default=None, help="input resolutions (default: the model's own)")
     v.add_argument("--groups", nargs="+", default=None, help="override SReT attention groups: one 'g0,g1' per stage")
-    v.add_argument("--num-classes", type=at_least(0), default=1000)
+    v.add_argument("--num-classes", type=at_least(0), default=None,
+                   help="classifier size (default: the model's own, 1000 for ImageNet models, 10 for CIFAR ones)")
     n = sub.add_parser("nmt", help="translation architectures: parameters", formatter_class=HelpFormatter,
                        description="Parameters of the sret_transformer architectures and fairseq's baselines"
                                    " (markdown table).\n\n  sret-count nmt")
@@ -67,7 +68,7 @@ def count_vision(args, parser) -> list:
     names = list_models() if args.all else args.models
     if not names:
         parser.error("name at least one model, or pass --all / --list")
-    overrides = {"num_classes": args.num_classes}
+    overrides = {} if args.num_classes is None else {"num_classes": args.num_classes}
     if args.groups:
         try:
             overrides["groups"] = parse_groups(args.groups)

@@ -62,6 +62,16 @@ class SReTConfig:
     )
     mlp_ratio: float = field(default=3.6, metadata={"help": "FFN hidden width / embed dim"})
     nll_ratio: float = field(default=1.0, metadata={"help": "NLL hidden width / embed dim"})
+    stem: str = field(
+        default="conv",
+        metadata={"help": "'conv': three 3x3 conv-BN-ReLU layers (the paper's); 'patch': one linear"
+                          " embedding of non-overlapping stem_stride x stem_stride patches (ViT's)"},
+    )
+    stem_stride: int = field(
+        default=8,
+        metadata={"help": "down-sampling of the stem (2, 4 or 8): the conv stem's first log2(stem_stride)"
+                          " layers have stride 2, the others stride 1; the patch side of the patch stem"},
+    )
     stem_dims: Optional[Tuple[int, int, int]] = field(
         default=None, metadata={"help": "stem conv widths; default (C/2, C, C) with C = embed_dims[0]"}
     )
@@ -69,6 +79,11 @@ class SReTConfig:
     in_chans: int = 3
     num_classes: int = 1000
     lrc: bool = field(default=True, metadata={"help": "learnable residual coefficients (LRC)"})
+    nll: bool = field(
+        default=True,
+        metadata={"help": "a non-shared NLL after every application of a shared block (paper Eq. 6);"
+                          " False: the applications follow each other directly (plain recursion)"},
+    )
     norm_eps: float = 1e-6
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -85,8 +100,8 @@ class SReTConfig:
 
     @property
     def stride(self) -> int:
-        """Total down-sampling: 8 in the stem, 2 per conv pooling."""
-        return 8 * 2 ** (len(self.embed_dims) - 1)
+        """Total down-sampling: ``stem_stride`` in the stem, 2 per conv pooling."""
+        return self.stem_stride * 2 ** (len(self.embed_dims) - 1)
 
     def schedules(self) -> Tuple[RecursionSchedule, ...]:
         """The recursion schedule of each stage's shared blocks (validates groups/partition)."""
@@ -104,6 +119,13 @@ class SReTConfig:
             if len(getattr(self, name)) != n:
                 raise ValueError(f"{name} lists {len(getattr(self, name))} stages, embed_dims lists {n}")
         self.schedules()
+        for name in ("nll", "lrc", "dynamic_img_size"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.stem not in ("conv", "patch"):
+            raise ValueError(f"stem must be 'conv' or 'patch', got {self.stem!r}")
+        if self.stem_stride not in (2, 4, 8):
+            raise ValueError(f"stem_stride must be 2, 4 or 8, got {self.stem_stride}")
         for a, b in zip(self.embed_dims, self.embed_dims[1:]):
             if b % a != 0:
                 raise ValueError(f"embed_dims must grow by integer factors (depth-wise pooling), got {a} -> {b}")
@@ -116,7 +138,7 @@ class SReTConfig:
 
 
 class ConvBNReLU(nn.Sequential):
-    """3x3 stride-2 convolution, BatchNorm, ReLU: (B, C_in, H, W) -> (B, C_out, H/2, W/2).
+    """3x3 convolution, BatchNorm, ReLU: (B, C_in, H, W) -> (B, C_out, H/s, W/s), stride s 2 or 1.
 
     In eval mode the BatchNorm is an affine map of its running statistics, so it is folded
     into the convolution on the fly (``w * g / sqrt(var + eps)``, ``(b - mean) * g /
@@ -127,9 +149,9 @@ class ConvBNReLU(nn.Sequential):
     separate calls.
     """
 
-    def __init__(self, in_dim: int, out_dim: int):
+    def __init__(self, in_dim: int, out_dim: int, stride: int = 2):
         super().__init__()
-        self.conv = nn.Conv2d(in_dim, out_dim, kernel_size=3, stride=2, padding=1, bias=True)
+        self.conv = nn.Conv2d(in_dim, out_dim, kernel_size=3, stride=stride, padding=1, bias=True)
         self.norm = nn.BatchNorm2d(out_dim)
         self.act = nn.ReLU(inplace=True)
         self.register_buffer("inference_weight", None, persistent=False)
@@ -179,11 +201,27 @@ class ConvBNReLU(nn.Sequential):
 
 
 class ConvStem(nn.Sequential):
-    """Three stride-2 3x3 conv-BN-ReLU layers: (B, 3, H, W) -> (B, C, H/8, W/8)."""
+    """3x3 conv-BN-ReLU layers, the first log2(stride) of them with stride 2 (all three at the
+    paper's stride 8): (B, 3, H, W) -> (B, C, H/stride, W/stride)."""
 
-    def __init__(self, in_chans: int, dims: Sequence[int]):
+    def __init__(self, in_chans: int, dims: Sequence[int], stride: int = 8):
+        halvings = stride.bit_length() - 1
+        if 2**halvings != stride or halvings > len(dims):
+            raise ValueError(f"a stem of {len(dims)} layers cannot down-sample by {stride}")
         dims = [in_chans] + list(dims)
-        super().__init__(*[ConvBNReLU(a, b) for a, b in zip(dims, dims[1:])])
+        super().__init__(*[ConvBNReLU(a, b, 2 if i < halvings else 1) for i, (a, b) in enumerate(zip(dims, dims[1:]))])
+
+
+class PatchStem(nn.Module):
+    """ViT's patch embedding: a linear map of each non-overlapping ``stride`` x ``stride``
+    patch, (B, 3, H, W) -> (B, C, H/stride, W/stride)."""
+
+    def __init__(self, in_chans: int, dim: int, stride: int):
+        super().__init__()
+        self.proj = nn.Conv2d(in_chans, dim, kernel_size=stride, stride=stride)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(x)
 
 
 class ConvPooling(nn.Module):
@@ -200,7 +238,8 @@ class ConvPooling(nn.Module):
 class RecursiveStage(nn.Module):
     """Shared blocks, each applied ``len(schedule)`` times with its own NLL after every application.
 
-    ``z = NLL_2(F(NLL_1(F(z))))`` per shared block F (paper Eq. 6); ``schedule[r]`` sets the
+    ``z = NLL_2(F(NLL_1(F(z))))`` per shared block F (paper Eq. 6), ``z = F(F(z))`` with
+    ``nll=False``; ``schedule[r]`` sets the
     attention groups and partition of application ``r``. (B, C, H, W) -> (B, C, H, W); tokens are the
     pixels in row-major order, so contiguous slices are bands of rows. The output keeps the
     input's memory format (``torch.channels_last`` or contiguous).
@@ -209,11 +248,11 @@ class RecursiveStage(nn.Module):
     def __init__(
         self, dim: int, num_heads: int, num_blocks: int, schedule: RecursionSchedule,
         mlp_ratio: float, nll_ratio: float, drop_paths: Sequence[float],
-        lrc: bool = True, norm_eps: float = 1e-6, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+        lrc: bool = True, nll: bool = True, norm_eps: float = 1e-6, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
     ):
         super().__init__()
 
-        def nll(_recursion: int) -> NonLinearProjection:
+        def make_nll(_recursion: int) -> NonLinearProjection:
             return NonLinearProjection(
                 dim, nll_ratio, lrc=lrc, dropout=drop_rate, activation_dropout=drop_rate, norm_eps=norm_eps
             )
@@ -226,7 +265,7 @@ class RecursiveStage(nn.Module):
                     activation_dropout=drop_rate, drop_path=drop_paths[b], norm_eps=norm_eps,
                 ),
                 schedule,
-                make_nll=nll,
+                make_nll=make_nll if nll else None,
             )
             for b in range(num_blocks)
         )
@@ -263,13 +302,15 @@ def _prepare_input(x: Tensor, in_chans: int, stride: int) -> Tensor:
     return x
 
 
-def _add_pos_embed(x: Tensor, pos_embed: Tensor, dynamic: bool, img_size: Tuple[int, int]) -> Tensor:
+def _add_pos_embed(
+    x: Tensor, pos_embed: Tensor, dynamic: bool, img_size: Tuple[int, int], stem_stride: int = 8
+) -> Tensor:
     """The stem's map (B, C, h, w) plus the position embedding, interpolated to (h, w) if needed."""
     grid = tuple(x.shape[-2:])
     if grid != tuple(pos_embed.shape[-2:]):
         if not dynamic:
             raise ValueError(
-                f"input of {grid[0] * 8}x{grid[1] * 8} pixels, but the model was built for"
+                f"input of {grid[0] * stem_stride}x{grid[1] * stem_stride} pixels, but the model was built for"
                 f" {img_size[0]}x{img_size[1]} with dynamic_img_size=False; build it with img_size=..."
                 " (load_checkpoint interpolates the position embedding) or dynamic_img_size=True"
             )
@@ -344,7 +385,8 @@ class SReT(ClassifierConventions, DepthControl, nn.Module):
         self.dynamic_img_size = cfg.dynamic_img_size
         self.num_features = self.head_hidden_size = self.embed_dim = cfg.embed_dims[-1]
         self.feature_info = [
-            dict(num_chs=dim, reduction=8 * 2 ** s, module=f"stages.{s}") for s, dim in enumerate(cfg.embed_dims)
+            dict(num_chs=dim, reduction=cfg.stem_stride * 2**s, module=f"stages.{s}")
+            for s, dim in enumerate(cfg.embed_dims)
         ]
         dim0 = cfg.embed_dims[0]
         stem_dims = cfg.stem_dims or (dim0 // 2, dim0, dim0)
@@ -352,15 +394,18 @@ class SReT(ClassifierConventions, DepthControl, nn.Module):
             raise ValueError(f"the stem must end at embed_dims[0]={dim0}, got {stem_dims}")
 
         with build_on(device):
-            self.stem = ConvStem(cfg.in_chans, stem_dims)
-            grid = tuple(s // 8 for s in cfg.img_size)
+            if cfg.stem == "conv":
+                self.stem = ConvStem(cfg.in_chans, stem_dims, cfg.stem_stride)
+            else:
+                self.stem = PatchStem(cfg.in_chans, dim0, cfg.stem_stride)
+            grid = tuple(s // cfg.stem_stride for s in cfg.img_size)
             self.pos_embed = nn.Parameter(torch.zeros(1, dim0, *grid))
             self.pos_drop = nn.Dropout(cfg.drop_rate)
             drop_paths = _drop_path_rates(cfg)
             self.stages = nn.ModuleList(
                 RecursiveStage(
                     cfg.embed_dims[s], cfg.num_heads[s], cfg.blocks[s], schedules[s],
-                    cfg.mlp_ratio, cfg.nll_ratio, drop_paths[s], lrc=cfg.lrc,
+                    cfg.mlp_ratio, cfg.nll_ratio, drop_paths[s], lrc=cfg.lrc, nll=cfg.nll,
                     norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate, attn_drop_rate=cfg.attn_drop_rate,
                 )
                 for s in range(len(cfg.embed_dims))
@@ -400,7 +445,9 @@ class SReT(ClassifierConventions, DepthControl, nn.Module):
     # -------------------------------------------------------------- forward
     def _stem_forward(self, x: Tensor) -> Tensor:
         x = self.stem(_prepare_input(x, self.in_chans, self.reduction))
-        return self.pos_drop(_add_pos_embed(x, self.pos_embed, self.dynamic_img_size, self.cfg.img_size))
+        return self.pos_drop(
+            _add_pos_embed(x, self.pos_embed, self.dynamic_img_size, self.cfg.img_size, self.cfg.stem_stride)
+        )
 
     def forward_features(self, x: Tensor) -> Tensor:
         """(B, in_chans, H, W) -> last-stage feature map (B, C, H/32, W/32)."""
@@ -620,3 +667,55 @@ def _variant(name: str, base, defaults: dict, weights: Optional[str]):
 
 for _name, (_base, _defaults, _weights) in _VARIANTS.items():
     globals()[_name] = _variant(_name, _base, _defaults, _weights)
+
+
+# ----------------------------------------------------------------------------- CIFAR scale
+# SReT-T's design at 32x32 pixels, sized so that one training run fits a few CPU-hours on one
+# thread (docs/results/vision.md): the stem down-samples by 4, not 8, so the three stages see
+# 8x8, 4x4 and 2x2 tokens; widths, heads, FFN and NLL ratios and groups are SReT-T's, with
+# one, two and one shared blocks (8 layer applications). Each of the paper's ablation steps
+# changes one field: ``recursions``, ``nll``, ``lrc``, ``groups``, ``stem``.
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+_SRET_CIFAR = dict(_SRET_T, blocks=(1, 2, 1), img_size=32, stem_stride=4, num_classes=10)
+# The non-recursive baseline of the same family: plain pre-LN transformer blocks (no NLL, no
+# LRC, global attention), each applied once, on the same stem and widths.
+_CIFAR_BASELINE = dict(
+    _SRET_CIFAR, recursions=1, nll=False, lrc=False, groups=((1,), (1,), (1,)), partition=("contiguous",)
+)
+
+
+def _cifar_cfg() -> dict:
+    return image_cfg(
+        32, crop_pct=1.0, pool_size=(2, 2), first_conv="stem.0.conv", classifier="head",
+        mean=CIFAR10_MEAN, std=CIFAR10_STD, num_classes=10, fixed_input_size=False, license="mit",
+    )
+
+
+@register_model(pretrained_cfg=_cifar_cfg())
+def sret_cifar(**kwargs) -> SReT:
+    """SReT at CIFAR scale (32x32, 10 classes): SReT-T's stages with (1, 2, 1) shared blocks
+    applied twice, a stride-4 conv stem, NLL, LRC and sliced groups; 1.64M parameters."""
+    return _sret(_SRET_CIFAR, **kwargs)
+
+
+@register_model(pretrained_cfg=_cifar_cfg())
+def sret_cifar_wo_slice(**kwargs) -> SReT:
+    """:func:`sret_cifar` with global attention in every application."""
+    return _sret(_SRET_CIFAR, groups=GLOBAL_GROUPS, **kwargs)
+
+
+@register_model(pretrained_cfg=_cifar_cfg())
+def sret_cifar_baseline(**kwargs) -> SReT:
+    """The non-recursive baseline with SReT-CIFAR's unique blocks: (1, 2, 1) plain transformer
+    blocks applied once (no NLL, no LRC, global attention), the same stem and widths; the same
+    model as ``sret_cifar(recursions=1, nll=False, lrc=False, groups=((1,), (1,), (1,)),
+    partition=("contiguous",))``."""
+    return _sret(_CIFAR_BASELINE, **kwargs)
+
+
+@register_model(pretrained_cfg=_cifar_cfg())
+def sret_cifar_baseline_deep(**kwargs) -> SReT:
+    """The non-recursive baseline with SReT-CIFAR's layer applications: (2, 4, 2) unique
+    plain blocks, so the same compute per image as :func:`sret_cifar_wo_slice` without NLLs."""
+    return _sret(_CIFAR_BASELINE, blocks=(2, 4, 2), **kwargs)
