@@ -134,12 +134,14 @@ def scan_classes(root: str, classes: Sequence[str]) -> List[Tuple[str, int]]:
     samples = []
     for index, name in enumerate(classes):
         for dirpath, dirnames, files in os.walk(os.path.join(root, name), followlinks=True):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for sub in dirnames:
                 visit(os.path.join(dirpath, sub))
             for file in sorted(files):
-                if file.lower().endswith(IMG_EXTENSIONS):
+                if file.lower().endswith(IMG_EXTENSIONS) and not file.startswith("."):
                     path = os.path.join(dirpath, file)
+                    if not os.path.isfile(path):  # a FIFO or device would block or fail the reader
+                        raise ValueError(f"{path} is not a regular file: remove it from the image folder")
                     visit(path)
                     samples.append((path, index))
     return sorted(samples)
@@ -153,7 +155,8 @@ class ImageFolder(Dataset):
         if not os.path.isdir(root):
             raise FileNotFoundError(f"image folder {root!r} does not exist")
         self.root = root
-        self.classes: List[str] = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        # hidden folders (.ipynb_checkpoints, .git) are not classes
+        self.classes: List[str] = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
         if not self.classes:
             raise FileNotFoundError(f"no class sub-folders in {root!r}")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
