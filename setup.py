@@ -66,6 +66,7 @@ setup(
             "sret-average-checkpoints = fairseq_sret_cli.average_checkpoints:main",
             "sret-plot-lrc = fairseq_sret_cli.plot_lrc:main",
             "sret-train-vision = fairseq_sret_cli.train_vision:main",
+            "sret-train-cifar = fairseq_sret_cli.train_cifar:main",
             "sret-count = fairseq_sret_cli.count:main",
             "sret-toy-data = fairseq_sret_cli.toy:main",
             "sret-experiments = fairseq_sret_cli.experiments:main",

@@ -10,6 +10,7 @@ command                                 module
 ``sret-average-checkpoints``            :mod:`fairseq_sret_cli.average_checkpoints`
 ``sret-plot-lrc``                       :mod:`fairseq_sret_cli.plot_lrc`
 ``sret-train-vision``                   :mod:`fairseq_sret_cli.train_vision`
+``sret-train-cifar``                    :mod:`fairseq_sret_cli.train_cifar`
 ``sret-count vision|nmt``               :mod:`fairseq_sret_cli.count`
 ``sret-toy-data``                       :mod:`fairseq_sret_cli.toy`
 ``sret-uptrain``                        :mod:`fairseq_sret_cli.uptrain`

@@ -52,7 +52,7 @@ if [ "${SRET_TIMM:-0}" = "1" ]; then
 fi
 
 if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, xdist, hypothesis, onnxscript, onnxruntime, matplotlib, yaml, transformers, safetensors" 2>/dev/null \
-        && [ -x "$venv/bin/sret-uptrain" ] && [ -x "$venv/bin/sret-export-hf" ] \
+        && [ -x "$venv/bin/sret-uptrain" ] && [ -x "$venv/bin/sret-export-hf" ] && [ -x "$venv/bin/sret-train-cifar" ] \
         && [ "$("$py" -c 'import fairseq_sret, os; print(os.path.dirname(os.path.dirname(fairseq_sret.__file__)))')" = "$repo" ]; then
     echo "[setup] fairseq-sret and its dependencies already installed"
 else

@@ -1,0 +1,467 @@
+"""Train an image classifier on a small image set held in memory (CIFAR-10/100), with timm's recipe.
+
+    sret-train-cifar --data-dir data/cifar10 --model sret_cifar --output runs/sret_cifar
+    sret-train-cifar --data-dir data/cifar10 --model sret_cifar_wo_slice --model-kwargs nll=False lrc=False ...
+    sret-train-cifar ... --output runs/sret_cifar --resume        # continue an interrupted run
+
+``--data-dir``: an ImageFolder (``train/`` and ``test/`` or ``val/``, CLASS/IMAGE below) or the
+folder ``torchvision.datasets.CIFAR10(root, download=True)`` fills. The images are decoded once
+and held as uint8 tensors; the augmentation runs on them per batch.
+
+The recipe is timm's, from timm's library: random crop (4-pixel zero padding) and flip, then
+RandAugment (``--aa``), normalisation, random erasing (``--reprob``), Mixup/CutMix
+(``--mixup``/``--cutmix``, soft-target cross-entropy) or label smoothing, its optimizer and
+scheduler factories (``--opt``, ``--sched``, per-update warm-up and decay) and model EMA
+(``--model-ema``). Options keep timm's ``train.py`` names. fp32 on the CPU.
+
+Model selection never sees the test split: ``--val-split N`` images are held out of train (the
+same ones for every seed) and evaluated after every epoch; the test split is evaluated once,
+at the end, with the last weights (and the EMA), at every depth of a recursive model.
+
+``--output`` holds one run: ``checkpoint_last.pt`` (every epoch; with the settings and the
+fingerprints of the data it was trained on), ``log.jsonl`` (one line per epoch: losses,
+validation top-1, CPU seconds) and ``result.json`` (the test accuracies). A folder holding a
+run is continued only with ``--resume`` and the same settings, or started over with ``--force``.
+"""
+
+import argparse
+import ast
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+from fairseq_sret.core.depth import DepthControl
+from fairseq_sret.core.mixed_depth import check_mixed_depth, mixed_depth_loss, parse_mixed_depth
+from fairseq_sret.nmt_checkpoints import load_checkpoint as load_checkpoint_file
+from fairseq_sret.vision import create_model
+from fairseq_sret.vision.registry import get_pretrained_cfg
+from fairseq_sret.vision.complexity import count_macs, count_params
+from . import HelpFormatter, UsageError, UserError, at_least, in_range, log as _log, user_errors
+from .image_tensors import ImageTensors, load_split
+from .outputs import OutputInTheWay, Outputs, exclusive
+
+RUN_FILES = ("checkpoint_last.pt", "log.jsonl", "result.json")
+#: options that do not change what is trained: a run resumes under other values of these
+NOT_SETTINGS = ("data_dir", "output", "resume", "force", "log_interval", "eval_batch_size", "threads")
+
+
+def log(message: str) -> None:
+    _log(message, stage="train")
+
+
+class ParseKwargs(argparse.Action):
+    """``key=value ...`` -> dict, values read as Python literals (timm's ``--model-kwargs``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        kwargs = {}
+        for item in values:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                parser.error(f"{option_string}: {item!r} is not KEY=VALUE")
+            try:
+                kwargs[key] = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                kwargs[key] = value
+        setattr(namespace, self.dest, kwargs)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sret-train-cifar", description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--data-dir", required=True, help="ImageFolder with train/ and test/ (or val/), or a torchvision"
+                                                     " CIFAR download folder")
+    p.add_argument("--model", default="sret_cifar", help="registered model name (default: %(default)s)")
+    p.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs, metavar="KEY=VALUE",
+                   help="constructor arguments, e.g. nll=False lrc=False stem=patch")
+    p.add_argument("--output", default=None, help="the run's folder (required unless --no-save)")
+    p.add_argument("--no-save", action="store_true", help="a trial run that keeps nothing")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output (same settings)")
+    p.add_argument("--force", action="store_true", help="start over in an --output that holds a run")
+    p.add_argument("--epochs", type=at_least(1), default=40)
+    p.add_argument("--batch-size", type=at_least(2), default=128)
+    p.add_argument("--eval-batch-size", type=at_least(1), default=500)
+    p.add_argument("--val-split", type=at_least(0), default=5000,
+                   help="images held out of train for validation (0: none; default %(default)s)")
+    p.add_argument("--opt", default="adamw", help="timm optimizer name (default: %(default)s)")
+    p.add_argument("--lr", type=at_least(0.0, float), default=1e-3)
+    p.add_argument("--weight-decay", type=at_least(0.0, float), default=0.05)
+    p.add_argument("--clip-grad", type=at_least(0.0, float), default=None)
+    p.add_argument("--sched", default="cosine", help="timm scheduler name (default: %(default)s)")
+    p.add_argument("--warmup-epochs", type=at_least(0), default=5)
+    p.add_argument("--warmup-lr", type=at_least(0.0, float), default=1e-6)
+    p.add_argument("--min-lr", type=at_least(0.0, float), default=1e-5)
+    p.add_argument("--aa", default="rand-m9-mstd0.5-inc1",
+                   help="timm RandAugment config ('' or none: off; default: DeiT's %(default)s)")
+    p.add_argument("--reprob", type=in_range(0.0, 1.0), default=0.25, help="random erasing probability")
+    p.add_argument("--mixup", type=at_least(0.0, float), default=0.8, help="Mixup alpha (0: off)")
+    p.add_argument("--cutmix", type=at_least(0.0, float), default=1.0, help="CutMix alpha (0: off)")
+    p.add_argument("--smoothing", type=in_range(0.0, 1.0), default=0.1, help="label smoothing")
+    p.add_argument("--drop-path", type=in_range(0.0, 1.0), default=None, help="stochastic depth (default: the model's)")
+    p.add_argument("--model-ema", action="store_true", help="keep an exponential moving average of the weights")
+    p.add_argument("--model-ema-decay", type=in_range(0.0, 1.0), default=0.999)
+    p.add_argument("--mixed-depth", default="",
+                   help="also train shallower depths with the same weights, DEPTH[:WEIGHT],... (e.g. 1:0.5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split-seed", type=int, default=0, help="which images --val-split holds out")
+    p.add_argument("--threads", type=at_least(0), default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--max-steps-per-epoch", type=at_least(1), default=None, help="for smoke tests")
+    p.add_argument("--log-interval", type=at_least(0), default=50, help="updates between progress lines (0: none)")
+    return p
+
+
+def _timm():
+    try:
+        import timm.data
+        import timm.data.random_erasing
+        import timm.optim
+        import timm.scheduler
+        import timm.utils
+    except ImportError as err:
+        raise UserError("sret-train-cifar trains with timm's library: pip install 'fairseq-sret[timm]'"
+                        f" ({err})") from None
+    return timm
+
+
+# ----------------------------------------------------------------------------- data
+class AugmentedImages(Dataset):
+    """uint8 images (N, H, W, 3) -> (random crop with ``padding`` zero pixels, horizontal flip,
+    then ``rand_augment`` on a PIL view) as (3, H, W) uint8, and the target."""
+
+    def __init__(self, data: ImageTensors, padding: int = 4, rand_augment=None):
+        self.data, self.padding, self.rand_augment = data, padding, rand_augment
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        img = self.data.images[index]
+        h, w = img.shape[:2]
+        if self.padding:
+            padded = F.pad(img.permute(2, 0, 1), (self.padding,) * 4)
+            top, left = random.randint(0, 2 * self.padding), random.randint(0, 2 * self.padding)
+            img = padded[:, top:top + h, left:left + w].permute(1, 2, 0)
+        if random.random() < 0.5:
+            img = img.flip(1)
+        if self.rand_augment is not None:
+            from PIL import Image
+
+            img = torch.from_numpy(np.array(self.rand_augment(Image.fromarray(img.contiguous().numpy()))))
+        return img.permute(2, 0, 1).contiguous(), self.data.targets[index]
+
+
+def normalise(images: Tensor, mean, std) -> Tensor:
+    """uint8 (B, 3, H, W) -> float, (x / 255 - mean) / std."""
+    mean_t = torch.tensor(mean).view(1, 3, 1, 1) * 255
+    std_t = torch.tensor(std).view(1, 3, 1, 1) * 255
+    return (images.float() - mean_t) / std_t
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: ImageTensors, mean, std, batch_size: int) -> Dict[str, float]:
+    """Top-1 accuracy (%) and cross-entropy of ``model`` on ``data``."""
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    for start in range(0, len(data), batch_size):
+        images = normalise(data.images[start:start + batch_size].permute(0, 3, 1, 2), mean, std)
+        target = data.targets[start:start + batch_size]
+        logits = model(images)
+        loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
+        correct += int((logits.argmax(1) == target).sum())
+    return {"acc1": 100.0 * correct / len(data), "loss": loss_sum / len(data)}
+
+
+def evaluate_depths(model: nn.Module, data: ImageTensors, mean, std, batch_size: int) -> Dict[str, dict]:
+    """:func:`evaluate` at every depth of a recursive model (``{"depth2": ..., "depth1": ...}``),
+    or ``{"": ...}``."""
+    if not isinstance(model, DepthControl):
+        return {"": evaluate(model, data, mean, std, batch_size)}
+    results = {}
+    for depth in range(model.recursions, 0, -1):
+        with model.at_depth(depth):
+            results[f"depth{depth}"] = evaluate(model, data, mean, std, batch_size)
+    return results
+
+
+# ----------------------------------------------------------------------------- state
+def rng_state() -> dict:
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def settings_of(args) -> dict:
+    return {k: v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
+
+
+def describe_difference(old: dict, new: dict) -> str:
+    keys = sorted(set(old) | set(new))
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k))
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ----------------------------------------------------------------------------- the run
+def check_run_folder(args, outputs: Outputs) -> Optional[dict]:
+    """The state to resume from (``--resume``), or None to start; refuses a folder holding
+    another run, or this run with other settings or data."""
+    out = Path(args.output)
+    present = [name for name in RUN_FILES if (out / name).exists()]
+    last = out / "checkpoint_last.pt"
+    if args.resume:
+        if not last.is_file():
+            raise UsageError(f"--resume: {out} holds no checkpoint_last.pt to continue from; drop --resume to start")
+        state = load_checkpoint_file(last)
+        if not isinstance(state, dict) or state.get("command") != "sret-train-cifar":
+            raise OutputInTheWay(f"{last} was not written by sret-train-cifar: give another --output")
+        if state["settings"] != settings_of(args):
+            raise UsageError(f"--resume: {out} holds a run with other settings ({describe_difference(state['settings'], settings_of(args))});"
+                             " resume it with its own settings, or start over with --force and without --resume")
+        return state
+    if present and not args.force:
+        raise OutputInTheWay(f"{out} holds a run ({', '.join(present)}): continue it with --resume, give another"
+                             " --output, or pass --force to start over (replaced once the new run has started)")
+    outputs.check([out / name for name in RUN_FILES], folders=[out])
+    return None
+
+
+def build_model(args, num_classes: int):
+    kwargs = dict(args.model_kwargs)
+    kwargs["num_classes"] = num_classes
+    if args.drop_path is not None:
+        kwargs["drop_path_rate"] = args.drop_path
+    try:
+        model = create_model(args.model, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--model {args.model} --model-kwargs {args.model_kwargs}: {exc}") from None
+    return model, kwargs
+
+
+def run(argv=None) -> dict:
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if not args.output and not args.no_save:
+        parser.error("--output DIR is required (the run's checkpoint and log go there); --no-save trains a trial run")
+    if args.output and args.no_save:
+        parser.error("--output and --no-save contradict each other")
+    if args.resume and args.force:
+        parser.error("--resume continues the run in --output, --force starts it over: give one")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    timm = _timm()
+    outputs = Outputs("sret-train-cifar", force=args.force, settings=settings_of(args))
+    lock = exclusive(args.output, "sret-train-cifar") if args.output else None
+    with lock if lock is not None else _nothing():
+        return _train(args, timm, outputs)
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _train(args, timm, outputs: Outputs) -> dict:
+    resume = check_run_folder(args, outputs) if args.output else None
+    train_all = load_split(args.data_dir, "train")
+    test = load_split(args.data_dir, "test")
+    if test.classes != train_all.classes:
+        raise UserError(f"the test split's classes {test.classes} differ from train's {train_all.classes}")
+    if args.val_split:
+        train, val = train_all.split_off(args.val_split, seed=args.split_seed)
+    else:
+        train, val = train_all, None
+    if len(train) < args.batch_size:
+        raise UserError(f"--batch-size {args.batch_size} is more than the {len(train)} training images")
+    fingerprints = {"train": train.fingerprint(), "val": val.fingerprint() if val else None, "test": test.fingerprint()}
+    data_facts = {"source": train_all.source, "classes": train_all.classes, "fingerprints": fingerprints,
+                  "train_images": len(train), "val_images": len(val) if val else 0, "test_images": len(test)}
+    if resume is not None and resume["data"]["fingerprints"] != fingerprints:
+        raise UsageError(f"--resume: {args.output} was trained on other data ({resume['data']['source']},"
+                         f" {resume['data']['fingerprints']}); this --data-dir gives {fingerprints}")
+
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    np.random.seed(args.seed % 2**32)
+    model, model_kwargs = build_model(args, len(train.classes))
+    cfg = get_pretrained_cfg(args.model)
+    mean, std = cfg["mean"], cfg["std"]
+    img_size = tuple(train.images.shape[1:3])
+    try:
+        depth_terms = parse_mixed_depth(args.mixed_depth)
+        if depth_terms:
+            if not isinstance(model, DepthControl):
+                raise ValueError(f"--mixed-depth: {args.model} has no recursive blocks")
+            check_mixed_depth(depth_terms, (model.recursions,), sides=(args.model,))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    facts = {"params": count_params(model), "macs": count_macs(model, img_size)}
+
+    rand_augment = None
+    if args.aa and args.aa != "none":
+        # magnitudes capped just below 10 (unless the config sets mmax): there timm's increasing
+        # posterize keeps 0 bits, which Pillow >= 12 refuses
+        hparams = dict(translate_const=int(img_size[0] * 0.45), img_mean=tuple(round(255 * m) for m in mean))
+        if "-mmax" not in args.aa:
+            hparams["magnitude_max"] = 9.99
+        try:
+            rand_augment = timm.data.rand_augment_transform(args.aa, hparams)
+        except (ValueError, AssertionError, KeyError) as exc:
+            raise UsageError(f"--aa {args.aa}: {exc}") from None
+    train_set = AugmentedImages(train, rand_augment=rand_augment)
+    erasing = timm.data.random_erasing.RandomErasing(args.reprob, mode="pixel", device="cpu") if args.reprob else None
+    mixup = None
+    if args.mixup or args.cutmix:
+        mixup = timm.data.Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, label_smoothing=args.smoothing,
+                                num_classes=len(train.classes))
+    optimizer = timm.optim.create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay)
+    steps_per_epoch = len(train) // args.batch_size
+    if args.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, args.max_steps_per_epoch)
+    scheduler, _ = timm.scheduler.create_scheduler_v2(
+        optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
+        warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=steps_per_epoch,
+    )
+    ema = timm.utils.ModelEmaV3(model, decay=args.model_ema_decay) if args.model_ema else None
+
+    start_epoch, cpu_seconds, history = 0, 0.0, []
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        if ema is not None:
+            ema.module.load_state_dict(resume["ema"])
+        set_rng_state(resume["rng"])
+        start_epoch, cpu_seconds = resume["epoch"] + 1, resume["cpu_seconds"]
+        history = [h for h in resume["history"] if h["epoch"] < start_epoch]
+        log(f"resuming {args.output} after epoch {resume['epoch']} ({cpu_seconds:.0f} CPU s so far)")
+        if start_epoch >= args.epochs:
+            raise UsageError(f"{args.output} has trained all {args.epochs} epochs: nothing to resume")
+    elif args.output:
+        for name in RUN_FILES:  # --force: the new run has started, the old one goes
+            (Path(args.output) / name).unlink(missing_ok=True)
+
+    def loss_of(logits: Tensor, target: Tensor) -> Tensor:
+        if mixup is not None:
+            return torch.sum(-target * F.log_softmax(logits, dim=-1), dim=-1).mean()
+        return F.cross_entropy(logits, target, label_smoothing=args.smoothing)
+
+    log(f"{args.model} {model_kwargs}: {facts['params']:,} parameters, {facts['macs'] / 1e6:.1f}M MACs;"
+        f" {len(train):,} training images ({train_all.source}), {steps_per_epoch} updates per epoch,"
+        f" epochs {start_epoch + 1}-{args.epochs}")
+    run_started = time.time()
+    for epoch in range(start_epoch, args.epochs):
+        model.train()
+        cpu_start, wall_start = time.process_time(), time.time()
+        order = torch.Generator().manual_seed(args.seed * 100003 + epoch)
+        loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True, generator=order,
+                            num_workers=0)
+        sums: Dict[str, float] = {}
+        seen = 0
+        for step, (images, target) in enumerate(loader):
+            if step >= steps_per_epoch:
+                break
+            x = normalise(images, mean, std)
+            if erasing is not None:
+                x = erasing(x)
+            if mixup is not None:
+                x, target = mixup(x, target)
+            loss = loss_of(model(x), target)
+            losses = {"loss": loss}
+            if depth_terms:
+                loss, depth_losses = mixed_depth_loss(model, depth_terms, loss, lambda: loss_of(model(x), target))
+                losses = {f"loss_depth{k}": v for k, v in depth_losses.items()}
+            if not math.isfinite(loss.item()):
+                raise UserError(f"the loss is {loss.item()} at epoch {epoch} update {step}: training diverged;"
+                                " lower --lr or set --clip-grad")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if args.clip_grad:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
+            optimizer.step()
+            scheduler.step_update(epoch * steps_per_epoch + step + 1)
+            if ema is not None:
+                ema.update(model, step=epoch * steps_per_epoch + step)
+            for k, v in losses.items():
+                sums[k] = sums.get(k, 0.0) + v.item() * x.size(0)
+            seen += x.size(0)
+            if args.log_interval and step % args.log_interval == 0:
+                log(f"epoch {epoch + 1}/{args.epochs} update {step}/{steps_per_epoch} loss {loss.item():.4f}"
+                    f" lr {optimizer.param_groups[0]['lr']:.2e}")
+        train_cpu = time.process_time() - cpu_start
+        stats = {"epoch": epoch, **{f"train_{k}": v / seen for k, v in sums.items()},
+                 "lr": optimizer.param_groups[0]["lr"], "train_images_per_cpu_s": seen / max(train_cpu, 1e-9)}
+        if val is not None:
+            stats.update({f"val_{k}": v for k, v in evaluate(model, val, mean, std, args.eval_batch_size).items()})
+            if ema is not None:
+                stats.update({f"val_ema_{k}": v for k, v in
+                              evaluate(ema.module, val, mean, std, args.eval_batch_size).items()})
+        cpu_seconds += time.process_time() - cpu_start
+        stats.update(cpu_seconds=cpu_seconds, wall_seconds=time.time() - wall_start)
+        history.append(stats)
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in stats.items() if k != "epoch")
+        log(f"epoch {epoch + 1}/{args.epochs} done: {shown}")
+        if args.output:
+            state = {
+                "command": "sret-train-cifar", "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "ema": ema.module.state_dict() if ema is not None else None,
+                "rng": rng_state(), "epoch": epoch, "cpu_seconds": cpu_seconds, "history": history,
+                "settings": settings_of(args), "data": data_facts, "model_name": args.model,
+                "model_kwargs": model_kwargs, "classes": train.classes,
+            }
+            outputs.save(state, Path(args.output) / "checkpoint_last.pt")
+            outputs.write_text(Path(args.output) / "log.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+
+    result = {
+        "model": args.model, "model_kwargs": model_kwargs, **facts, "epochs": args.epochs,
+        "cpu_seconds": cpu_seconds, "test": evaluate_depths(model, test, mean, std, args.eval_batch_size),
+        "test_ema": evaluate_depths(ema.module, test, mean, std, args.eval_batch_size) if ema is not None else None,
+        "val": history[-1].get("val_acc1") if history else None, "data": data_facts,
+        "settings": settings_of(args), "cpu": cpu_model(), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "timm": timm.__version__,
+    }
+    log(f"test top-1: {json.dumps(result['test'])}" + (f", EMA {json.dumps(result['test_ema'])}" if ema else "")
+        + f" ({time.time() - run_started:.0f} s)")
+    if args.output:
+        outputs.write_text(Path(args.output) / "result.json", json.dumps(result, indent=1) + "\n")
+    return result
+
+
+@user_errors("sret-train-cifar", interrupted="interrupted; continue with the same command and --resume (from the last"
+                                             " finished epoch)")
+def main(argv=None) -> int:
+    run(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
