@@ -48,6 +48,67 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _kind(path) -> str:
+    """The ``kind`` field of an experiment file (translation when absent or unreadable: the
+    translation loader then says what is wrong)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return "translation"
+    return raw.get("kind", "translation") if isinstance(raw, dict) else "translation"
+
+
+def image_experiment(args, argv) -> int:
+    """An experiment file of ``kind: vision``: sret-train-cifar runs, reported as a table."""
+    import yaml
+
+    from .experiment_runner import ExperimentError
+    from .experiment_runner.image_runs import collect, parse_image_experiment, run_image_experiment, train_command
+    from .experiment_runner.image_runs import run_folder, write_image_results
+    from .outputs import exclusive
+
+    unsupported = [f"--{name.replace('_', '-')}" for name in ("cpu", "max_update", "max_epoch", "time_limit")
+                   if getattr(args, name) not in (None, False)]
+    if unsupported:
+        print(f"sret-experiments: error: {', '.join(unsupported)}: not an option of vision experiments (the"
+              " training options are the file's train.args)", file=sys.stderr)
+        return 2
+    try:
+        experiment = parse_image_experiment(yaml.safe_load(Path(args.experiment).read_text(encoding="utf-8")),
+                                            args.experiment)
+    except ExperimentError as exc:
+        print(f"sret-experiments: error: {exc}", file=sys.stderr)
+        return 2
+    data = args.data or experiment.data
+    if not data:
+        print("sret-experiments: error: no data: pass --data or set 'data' in the file", file=sys.stderr)
+        return 2
+    output = Path(args.output or Path("runs/experiments") / experiment.name)
+    command = "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.dry_run:
+        for row, seed in experiment.runs(args.rows, args.seeds):
+            print(" ".join(shlex.quote(c) for c in train_command(experiment, row, seed, data, run_folder(output, row, seed))))
+        return 0
+
+    def report():
+        for path in write_image_results(experiment, collect(experiment, output), Path(args.results), command,
+                                        force=args.force).values():
+            print(f"[experiments] wrote {path}", file=sys.stderr)
+
+    failed = []
+    if not args.report_only:
+        with exclusive(output, command):
+            failed = run_image_experiment(experiment, data, output, jobs=args.jobs, rows=args.rows, seeds=args.seeds,
+                                          on_run_done=report)
+    report()
+    if failed:
+        print(f"sret-experiments: error: {len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 @user_errors("sret-experiments", interrupted="interrupted; the trainings were stopped and the finished runs recorded: rerun the same command to resume")
 def main(argv=None) -> int:
     args = get_parser().parse_args(argv)
@@ -60,6 +121,8 @@ def main(argv=None) -> int:
     from .outputs import exclusive
 
     started = time.time()
+    if _kind(args.experiment) == "vision":
+        return image_experiment(args, argv)
 
     try:
         whole = load_experiment(args.experiment)

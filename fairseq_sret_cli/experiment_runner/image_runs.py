@@ -1,0 +1,277 @@
+"""Experiment files of image classifiers (``kind: vision``): every row x seed trained with
+``sret-train-cifar``, resumed where it stopped, and reported as a table.
+
+    kind: vision
+    name: cifar10_ladder
+    title: "CIFAR-10: the paper's ablation ladder"
+    data: data/cifar10                     # default for --data (an ImageFolder or a torchvision download)
+    seeds: [1, 2]
+    train:
+      args: --epochs 40 --batch-size 128 --threads 1 --model-ema   # sret-train-cifar's options
+    rows:
+      - id: sret
+        title: "SReT (conv stem, NLL, LRC, sliced groups)"
+        model: sret_cifar
+        args: ""                           # this row's own options (e.g. --model-kwargs nll=False)
+        seeds: [1, 2, 3]
+
+A run's folder is ``OUTPUT/<row>/seed<N>``: a run whose ``result.json`` has the settings the
+file asks for is done; one with a ``checkpoint_last.pt`` is continued (``--resume``); the
+training command itself refuses a folder trained with other settings or other data.
+"""
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean, stdev
+from typing import Dict, List, Optional, Sequence
+
+from .. import pyplot
+from ..outputs import Outputs
+from .experiment_file import ExperimentError
+
+#: options the runner sets for each run: a row may not give them
+RUNNER_OPTIONS = ("--data-dir", "--output", "--seed", "--resume", "--force", "--no-save", "--model")
+
+
+@dataclass(frozen=True)
+class ImageRow:
+    id: str
+    title: str
+    model: str
+    args: List[str]
+    seeds: List[int]
+
+
+@dataclass(frozen=True)
+class ImageExperiment:
+    name: str
+    title: str
+    data: Optional[str]
+    args: List[str]
+    rows: List[ImageRow]
+    notes: str = ""
+    path: str = ""
+
+    def runs(self, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None) -> List[tuple]:
+        """(row, seed) of every run, each row's first seed first: a table fills row by row, then seed by seed."""
+        chosen = [(k, r, row, seed) for r, row in enumerate(self.rows) if rows is None or row.id in rows
+                  for k, seed in enumerate(row.seeds) if seeds is None or seed in seeds]
+        return [(row, seed) for _, _, row, seed in sorted(chosen, key=lambda c: c[:2])]
+
+
+def _args(value, where: str) -> List[str]:
+    if value is None:
+        return []
+    if not isinstance(value, str):
+        raise ExperimentError(f"{where}: expected a string of options, got {value!r}")
+    args = shlex.split(value)
+    for arg in args:
+        if arg.split("=")[0] in RUNNER_OPTIONS:
+            raise ExperimentError(f"{where}: {arg.split('=')[0]} is set by the runner for every run (row id, seed,"
+                                  " data, output folder); remove it")
+    return args
+
+
+def parse_image_experiment(raw: dict, path) -> ImageExperiment:
+    known = {"kind", "name", "title", "data", "seeds", "train", "rows", "notes"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ExperimentError(f"{path}: unknown fields {sorted(unknown)} (a vision experiment has {sorted(known)})")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ExperimentError(f"{path}: 'name' is required")
+    seeds = raw.get("seeds", [1])
+    train = raw.get("train") or {}
+    if not isinstance(train, dict) or set(train) - {"args"}:
+        raise ExperimentError(f"{path}: 'train' takes only 'args'")
+    rows, ids = [], set()
+    for i, row in enumerate(raw.get("rows") or []):
+        where = f"{path}: rows[{i}]"
+        if not isinstance(row, dict) or "id" not in row or "model" not in row:
+            raise ExperimentError(f"{where}: a row needs an 'id' and a 'model'")
+        if set(row) - {"id", "title", "model", "args", "seeds"}:
+            raise ExperimentError(f"{where}: unknown fields {sorted(set(row) - {'id', 'title', 'model', 'args', 'seeds'})}")
+        if row["id"] in ids:
+            raise ExperimentError(f"{where}: id {row['id']!r} appears twice")
+        ids.add(row["id"])
+        row_seeds = row.get("seeds", seeds)
+        if (not isinstance(row_seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in row_seeds)
+                or len(set(row_seeds)) != len(row_seeds)):
+            raise ExperimentError(f"{where}: seeds must be a list of distinct integers, got {row_seeds!r}")
+        rows.append(ImageRow(str(row["id"]), str(row.get("title", row["id"])), str(row["model"]),
+                             _args(row.get("args"), f"{where}.args"), list(row_seeds)))
+    if not rows:
+        raise ExperimentError(f"{path}: no rows")
+    return ImageExperiment(name, str(raw.get("title", name)), raw.get("data"), _args(train.get("args"), f"{path}: train.args"),
+                           rows, str(raw.get("notes", "")), str(path))
+
+
+def run_folder(output: Path, row: ImageRow, seed: int) -> Path:
+    return Path(output) / row.id / f"seed{seed}"
+
+
+def train_command(experiment: ImageExperiment, row: ImageRow, seed: int, data: str, folder: Path) -> List[str]:
+    command = [sys.executable, "-m", "fairseq_sret_cli.train_cifar", "--data-dir", str(data), "--model", row.model,
+               *experiment.args, *row.args, "--seed", str(seed), "--output", str(folder)]
+    if (folder / "checkpoint_last.pt").is_file():
+        command.append("--resume")
+    return command
+
+
+def read_result(folder: Path) -> Optional[dict]:
+    try:
+        return json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _log(message: str) -> None:
+    print(f"[experiments] {message}", file=sys.stderr, flush=True)
+
+
+def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, jobs: int = 1,
+                         rows=None, seeds=None, on_run_done=None) -> List[str]:
+    """Train every run not yet done, ``jobs`` at a time; returns the runs that failed."""
+    pending = []
+    for row, seed in experiment.runs(rows, seeds):
+        folder = run_folder(output, row, seed)
+        if read_result(folder) is not None:
+            _log(f"{row.id}/seed{seed}: done already ({folder / 'result.json'})")
+            continue
+        pending.append((row, seed, folder))
+    running: Dict[str, tuple] = {}
+    failed = []
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                row, seed, folder = pending.pop(0)
+                folder.mkdir(parents=True, exist_ok=True)
+                command = train_command(experiment, row, seed, data, folder)
+                log_file = open(folder / "train.log", "a", encoding="utf-8")
+                log_file.write(f"$ {' '.join(shlex.quote(c) for c in command)}\n")
+                log_file.flush()
+                process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+                running[f"{row.id}/seed{seed}"] = (process, log_file, folder)
+                _log(f"{row.id}/seed{seed}: training ({'resumed' if '--resume' in command else 'started'}),"
+                     f" log {folder / 'train.log'}")
+            time.sleep(1.0)
+            for name, (process, log_file, folder) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                log_file.close()
+                del running[name]
+                if process.returncode == 0 and read_result(folder) is not None:
+                    _log(f"{name}: done")
+                    if on_run_done:
+                        on_run_done()
+                else:
+                    failed.append(name)
+                    _log(f"{name}: failed (exit {process.returncode}); see {folder / 'train.log'}")
+    finally:
+        for process, log_file, _ in running.values():  # interrupted: the runs resume from their last epoch
+            process.terminate()
+            process.wait()
+            log_file.close()
+    return failed
+
+
+# ----------------------------------------------------------------------------- results
+def collect(experiment: ImageExperiment, output: Path) -> List[dict]:
+    records = []
+    for row, seed in experiment.runs():
+        folder = run_folder(output, row, seed)
+        result = read_result(folder)
+        history = []
+        try:
+            history = [json.loads(line) for line in (folder / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+        except (OSError, ValueError):
+            pass
+        records.append({"row": row.id, "seed": seed, "status": "done" if result else "missing",
+                        "result": result, "history": history})
+    return records
+
+
+def _top1(result: dict, ema: bool = False) -> Optional[float]:
+    test = result.get("test_ema" if ema else "test") or {}
+    if not test:
+        return None
+    return next(iter(test.values()))["acc1"]  # the full depth comes first
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    if not values:
+        return "missing"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{mean(values):.2f} ± {stdev(values):.2f}"
+
+
+def write_image_results(experiment: ImageExperiment, records: List[dict], results: Path, command: str,
+                        force: bool = False) -> Dict[str, Path]:
+    """``RESULTS/NAME.json``, ``NAME.md`` and ``NAME_curves.png`` from the runs' folders; files
+    in the way that this experiment did not write are refused unless ``force``."""
+    results = Path(results)
+    outputs = Outputs("sret-experiments", force=force, settings={"experiment": experiment.name})
+    paths = {"md": results / f"{experiment.name}.md", "json": results / f"{experiment.name}.json",
+             "curves": results / f"{experiment.name}_curves.png"}
+    outputs.check(paths.values())
+    lines = [f"# {experiment.title}", "", f"Written by `{command}` from `{experiment.path}`.", ""]
+    if experiment.notes:
+        lines += [experiment.notes, ""]
+    lines += ["| row | model | parameters | MACs | training CPU s | epochs | test top-1 (%) | EMA test top-1 (%) |"
+              " seeds (top-1) | depth 1 top-1 |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in experiment.rows:
+        done = [r["result"] for r in records if r["row"] == row.id and r["status"] == "done"]
+        missing = [str(r["seed"]) for r in records if r["row"] == row.id and r["status"] != "done"]
+        if not done:
+            lines.append(f"| {row.title} | `{row.model}` | | | | | missing (seeds {', '.join(missing)}) | | | |")
+            continue
+        first = done[0]
+        top1 = [_top1(r) for r in done]
+        ema = [v for v in (_top1(r, True) for r in done) if v is not None]
+        depth1 = [r["test"]["depth1"]["acc1"] for r in done if "depth1" in r["test"] and len(r["test"]) > 1]
+        seeds_text = ", ".join(f"{r['seed']}: {_top1(r['result']):.2f}" for r in records
+                               if r["row"] == row.id and r["status"] == "done")
+        if missing:
+            seeds_text += f"; missing: {', '.join(missing)}"
+        lines.append(
+            f"| {row.title} | `{row.model}` | {first['params']:,} | {first['macs'] / 1e6:.1f}M |"
+            f" {mean(r['cpu_seconds'] for r in done):,.0f} | {first['epochs']} | {_mean_std(top1)} |"
+            f" {_mean_std(ema) if ema else ''} | {seeds_text} | {_mean_std(depth1) if depth1 else ''} |")
+    cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
+    lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32."]
+    outputs.write_text(paths["md"], "\n".join(lines) + "\n")
+    outputs.write_text(paths["json"], json.dumps({"experiment": experiment.name, "command": command, "runs": records},
+                                                 indent=1) + "\n")
+    curves = [r for r in records if r["history"]]
+    if curves:
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        colours = {row.id: f"C{i}" for i, row in enumerate(experiment.rows)}
+        titles = {row.id: row.title for row in experiment.rows}
+        labelled = set()
+        for r in curves:
+            points = [(h["epoch"] + 1, h["val_acc1"]) for h in r["history"] if "val_acc1" in h]
+            if not points:
+                continue
+            ax.plot(*zip(*points), color=colours[r["row"]], lw=1.2,
+                    label=None if r["row"] in labelled else titles[r["row"]])
+            labelled.add(r["row"])
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation top-1 (%, held out of train)")
+        ax.set_title(experiment.title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        with outputs.writing(paths["curves"]) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+        plt.close(fig)
+    else:
+        del paths["curves"]
+    return paths

@@ -1,0 +1,77 @@
+"""sret-experiments with an experiment file of kind: vision (sret-train-cifar runs)."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("timm")
+Image = pytest.importorskip("PIL.Image")
+
+from fairseq_sret_cli import experiments  # noqa: E402
+from fairseq_sret_cli.experiment_runner import ExperimentError  # noqa: E402
+from fairseq_sret_cli.experiment_runner.image_runs import parse_image_experiment  # noqa: E402
+
+FAST = ("--epochs 1 --batch-size 4 --val-split 4 --max-steps-per-epoch 1 --log-interval 0 --threads 1"
+        " --eval-batch-size 8")
+
+
+def experiment_file(tmp_path, rows, args=FAST):
+    path = tmp_path / "ladder.yaml"
+    path.write_text(json.dumps({"kind": "vision", "name": "tiny_ladder", "title": "tiny", "seeds": [1],
+                                "train": {"args": args}, "rows": rows}))
+    return path
+
+
+@pytest.fixture
+def images(tmp_path):
+    g = np.random.default_rng(0)
+    for split, n in (("train", 6), ("test", 2)):
+        for label, name in enumerate(("a", "b")):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(n):
+                img = np.clip(np.array([200 * (1 - label), 60, 200 * label]) + g.integers(-30, 31, (32, 32, 3)), 0, 255)
+                Image.fromarray(img.astype(np.uint8)).save(tmp_path / "data" / split / name / f"{i}.png")
+    return tmp_path / "data"
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"id": "r", "model": "sret_cifar", "args": "--seed 3"}, "--seed is set by the runner"),
+    ({"id": "r", "model": "sret_cifar", "seeds": [1, 1]}, "distinct"),
+    ({"id": "r"}, "needs an 'id' and a 'model'"),
+    ({"id": "r", "model": "sret_cifar", "epochs": 3}, "unknown fields"),
+])
+def test_rows_that_the_runner_would_override_or_misread_are_refused(tmp_path, row, message):
+    with pytest.raises(ExperimentError, match=message):
+        parse_image_experiment(json.loads(experiment_file(tmp_path, [row]).read_text()), "ladder.yaml")
+
+
+def test_runs_train_resume_and_report_row_by_row(images, tmp_path):
+    rows = [{"id": "baseline", "title": "baseline", "model": "sret_cifar_baseline"},
+            {"id": "sret", "title": "SReT", "model": "sret_cifar", "args": "--model-kwargs stem=patch"}]
+    path = experiment_file(tmp_path, rows)
+    common = [str(path), "--data", str(images), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
+    assert experiments.main([*common, "--rows", "baseline"]) == 0
+    table = (tmp_path / "res" / "tiny_ladder.md").read_text()
+    assert "| baseline | `sret_cifar_baseline` |" in table and "| SReT | `sret_cifar` | | | | | missing (seeds 1)" in table
+    result = json.loads((tmp_path / "runs" / "baseline" / "seed1" / "result.json").read_text())
+    assert result["settings"]["seed"] == 1 and result["model"] == "sret_cifar_baseline"
+
+    assert experiments.main(common) == 0  # the baseline is done already; SReT trains now
+    report = json.loads((tmp_path / "res" / "tiny_ladder.json").read_text())
+    assert [(r["row"], r["status"]) for r in report["runs"]] == [("baseline", "done"), ("sret", "done")]
+    assert report["runs"][1]["result"]["model_kwargs"]["stem"] == "patch"
+    assert (tmp_path / "res" / "tiny_ladder_curves.png").stat().st_size > 0
+    assert "missing" not in (tmp_path / "res" / "tiny_ladder.md").read_text()
+
+
+def test_a_run_folder_trained_with_other_settings_fails_that_run(images, tmp_path):
+    rows = [{"id": "sret", "model": "sret_cifar"}]
+    common = ["--data", str(images), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
+    # an interrupted run (a checkpoint, no result), then the file's schedule is edited
+    path = experiment_file(tmp_path, rows, FAST.replace("--epochs 1", "--epochs 2"))
+    assert experiments.main([str(path), *common]) == 0
+    (tmp_path / "runs" / "sret" / "seed1" / "result.json").unlink()
+    path = experiment_file(tmp_path, rows, FAST.replace("--epochs 1", "--epochs 3"))
+    assert experiments.main([str(path), *common]) == 1
+    assert "other settings (epochs: 2 -> 3)" in (tmp_path / "runs" / "sret" / "seed1" / "train.log").read_text()
