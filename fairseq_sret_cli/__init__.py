@@ -69,7 +69,8 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
     Mistakes are :class:`UserError`, files that are missing, unreadable or in the way
     (``OSError``), values that do not fit (``ValueError``, which covers text that is not
     UTF-8 and our experiment-file errors), keys a checkpoint lacks (``KeyError``) and damaged
-    or unsafe checkpoints. ``SRET_TRACEBACK=1`` in the environment shows the traceback instead.
+    or unsafe checkpoints. ``SRET_TRACEBACK=1`` in the environment shows the traceback instead
+    (``0``, ``false``, ``no``, ``off`` or empty do not).
     """
     import functools
     import os
@@ -83,12 +84,12 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
             try:
                 return main(*args, **kwargs)
             except (UserError, OSError, ValueError, KeyError, CorruptCheckpointError, UnsafeCheckpointError) as exc:
-                if os.environ.get("SRET_TRACEBACK"):
+                if tracebacks_wanted():
                     raise
                 print(f"{prog}: error: {error_message(exc)}", file=sys.stderr)
                 return 2 if isinstance(exc, UsageError) else 1
             except KeyboardInterrupt:
-                if os.environ.get("SRET_TRACEBACK"):
+                if tracebacks_wanted():
                     raise
                 print(f"\n{prog}: {interrupted}", file=sys.stderr)
                 return 130
@@ -96,6 +97,14 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
         return wrapper
 
     return decorate
+
+
+def tracebacks_wanted() -> bool:
+    """Does ``SRET_TRACEBACK`` ask for tracebacks? ``1``/``yes``/``true`` do; unset, empty, ``0``,
+    ``no``, ``false`` and ``off`` do not (``SRET_TRACEBACK=0`` turned them on before)."""
+    import os
+
+    return os.environ.get("SRET_TRACEBACK", "").strip().lower() not in ("", "0", "no", "false", "off")
 
 
 def error_message(exc: BaseException) -> str:
