@@ -276,7 +276,8 @@ def run(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     timm = _timm()
-    outputs = Outputs("sret-train-cifar", force=args.force, settings=settings_of(args))
+    # as the manifest (JSON) stores them: tuples in --model-kwargs come back as lists
+    outputs = Outputs("sret-train-cifar", force=args.force, settings=json.loads(json.dumps(settings_of(args))))
     lock = exclusive(args.output, "sret-train-cifar") if args.output else None
     with lock if lock is not None else _nothing():
         return _train(args, timm, outputs)

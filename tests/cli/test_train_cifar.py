@@ -110,6 +110,23 @@ def test_an_interrupted_run_resumes_to_the_same_weights(image_folder, tmp_path, 
     assert [h["epoch"] for h in b["history"]] == [0, 1]
 
 
+def test_a_run_with_tuple_model_kwargs_resumes(image_folder, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    argv = args(image_folder, out, max_steps_per_epoch=1, model_kwargs="groups=((4,2),(2,1),(1,1))")
+    write_text = Outputs.write_text
+
+    def killed(self, path, text, own=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Outputs, "write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train_cifar.run(argv)
+    monkeypatch.setattr(Outputs, "write_text", write_text)
+    # the manifest keeps the groups as JSON lists: still this run's files, not in the way
+    result = train_cifar.run(argv + ["--resume"])
+    assert result["model_kwargs"]["groups"] == ((4, 2), (2, 1), (1, 1))
+
+
 def test_resuming_on_other_data_is_refused(image_folder, tmp_path):
     out = tmp_path / "run"
     train_cifar.run(args(image_folder, out, epochs=3, max_steps_per_epoch=1))
