@@ -89,7 +89,8 @@ def image_experiment(args, argv) -> int:
     command = "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.dry_run:
         for row, seed in experiment.runs(args.rows, args.seeds):
-            print(" ".join(shlex.quote(c) for c in train_command(experiment, row, seed, data, run_folder(output, row, seed))))
+            command_line = train_command(experiment, row, seed, data, run_folder(output, row, seed))
+            print(" ".join(shlex.quote(c) for c in command_line))
         return 0
 
     def report():

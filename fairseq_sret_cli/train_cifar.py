@@ -242,8 +242,9 @@ def check_run_folder(args, outputs: Outputs) -> Optional[dict]:
         if not isinstance(state, dict) or state.get("command") != "sret-train-cifar":
             raise OutputInTheWay(f"{last} was not written by sret-train-cifar: give another --output")
         if state["settings"] != settings_of(args):
-            raise UsageError(f"--resume: {out} holds a run with other settings ({describe_difference(state['settings'], settings_of(args))});"
-                             " resume it with its own settings, or start over with --force and without --resume")
+            changed = describe_difference(state["settings"], settings_of(args))
+            raise UsageError(f"--resume: {out} holds a run with other settings ({changed}); resume it with its own"
+                             " settings, or start over with --force and without --resume")
         return state
     if present and not args.force:
         raise OutputInTheWay(f"{out} holds a run ({', '.join(present)}): continue it with --resume, give another"

@@ -94,21 +94,22 @@ def parse_image_experiment(raw: dict, path) -> ImageExperiment:
         where = f"{path}: rows[{i}]"
         if not isinstance(row, dict) or "id" not in row or "model" not in row:
             raise ExperimentError(f"{where}: a row needs an 'id' and a 'model'")
-        if set(row) - {"id", "title", "model", "args", "seeds"}:
-            raise ExperimentError(f"{where}: unknown fields {sorted(set(row) - {'id', 'title', 'model', 'args', 'seeds'})}")
+        unknown_fields = sorted(set(row) - {"id", "title", "model", "args", "seeds"})
+        if unknown_fields:
+            raise ExperimentError(f"{where}: unknown fields {unknown_fields}")
         if row["id"] in ids:
             raise ExperimentError(f"{where}: id {row['id']!r} appears twice")
         ids.add(row["id"])
         row_seeds = row.get("seeds", seeds)
-        if (not isinstance(row_seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in row_seeds)
-                or len(set(row_seeds)) != len(row_seeds)):
+        integers = isinstance(row_seeds, list) and all(type(s) is int for s in row_seeds)
+        if not integers or len(set(row_seeds)) != len(row_seeds):
             raise ExperimentError(f"{where}: seeds must be a list of distinct integers, got {row_seeds!r}")
         rows.append(ImageRow(str(row["id"]), str(row.get("title", row["id"])), str(row["model"]),
                              _args(row.get("args"), f"{where}.args"), list(row_seeds)))
     if not rows:
         raise ExperimentError(f"{path}: no rows")
-    return ImageExperiment(name, str(raw.get("title", name)), raw.get("data"), _args(train.get("args"), f"{path}: train.args"),
-                           rows, str(raw.get("notes", "")), str(path))
+    return ImageExperiment(name, str(raw.get("title", name)), raw.get("data"),
+                           _args(train.get("args"), f"{path}: train.args"), rows, str(raw.get("notes", "")), str(path))
 
 
 def run_folder(output: Path, row: ImageRow, seed: int) -> Path:

@@ -30,7 +30,8 @@ def images(tmp_path):
         for label, name in enumerate(("a", "b")):
             (tmp_path / "data" / split / name).mkdir(parents=True)
             for i in range(n):
-                img = np.clip(np.array([200 * (1 - label), 60, 200 * label]) + g.integers(-30, 31, (32, 32, 3)), 0, 255)
+                colour = np.array([200 * (1 - label), 60, 200 * label])
+                img = np.clip(colour + g.integers(-30, 31, (32, 32, 3)), 0, 255)
                 Image.fromarray(img.astype(np.uint8)).save(tmp_path / "data" / split / name / f"{i}.png")
     return tmp_path / "data"
 
@@ -50,7 +51,8 @@ def test_runs_train_resume_and_report_row_by_row(images, tmp_path):
     rows = [{"id": "baseline", "title": "baseline", "model": "sret_cifar_baseline"},
             {"id": "sret", "title": "SReT", "model": "sret_cifar", "args": "--model-kwargs stem=patch"}]
     path = experiment_file(tmp_path, rows)
-    common = [str(path), "--data", str(images), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
+    common = [str(path), "--data", str(images), "--output", str(tmp_path / "runs"),
+              "--results", str(tmp_path / "res")]
     assert experiments.main([*common, "--rows", "baseline"]) == 0
     table = (tmp_path / "res" / "tiny_ladder.md").read_text()
     assert "| baseline | `sret_cifar_baseline` |" in table and "| SReT | `sret_cifar` | | | | | missing (seeds 1)" in table
