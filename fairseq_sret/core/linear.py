@@ -56,6 +56,14 @@ def onednn_linear_available() -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=None)
+def onednn_bf16_available() -> bool:
+    """oneDNN runs bf16 on this processor (native bf16 or AVX-512): on others its bf16 linear
+    fails to build a primitive, and PyTorch's linear is used."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check is not None and check())
+
+
 def no_forward_hooks(layer: nn.Module) -> bool:
     """No forward (pre-)hook on ``layer`` nor a global one: a fast path that skips the
     module's call may run without hiding anything from a hook."""
@@ -71,7 +79,8 @@ def _use_onednn(x: Tensor, layer: nn.Linear) -> bool:
     weight = layer.weight
     return (
         get_fast_paths().onednn_linear and x.device.type == "cpu" and x.dim() >= 2
-        and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype
+        and (x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and onednn_bf16_available()))
+        and weight.dtype == x.dtype
         and (layer.bias is None or layer.bias.dtype == x.dtype) and x.is_contiguous()
         and not torch.is_autocast_enabled("cpu") and no_forward_hooks(layer) and onednn_linear_available()
     )
