@@ -279,6 +279,8 @@ def run(argv=None) -> dict:
     timm = _timm()
     # as the manifest (JSON) stores them: tuples in --model-kwargs come back as lists
     outputs = Outputs("sret-train-cifar", force=args.force, settings=json.loads(json.dumps(settings_of(args))))
+    if args.output:
+        check_run_folder(args, outputs)  # a refusal leaves nothing behind, not even the lock file
     lock = exclusive(args.output, "sret-train-cifar") if args.output else None
     with lock if lock is not None else _nothing():
         return _train(args, timm, outputs)
