@@ -16,6 +16,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Optional
 
 from . import HelpFormatter, at_least, user_errors
 
@@ -48,22 +49,25 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _kind(path) -> str:
-    """The ``kind`` field of an experiment file (translation when absent or unreadable: the
-    translation loader then says what is wrong)."""
+def _vision_file(path) -> Optional[dict]:
+    """The contents of an experiment file of ``kind: vision``, else None (a translation file, or
+    one that does not read: the translation loader then says what is wrong)."""
     import yaml
 
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return "translation"
-    return raw.get("kind", "translation") if isinstance(raw, dict) else "translation"
+        return None
+    return raw if isinstance(raw, dict) and raw.get("kind") == "vision" else None
 
 
-def image_experiment(args, argv) -> int:
+def _command_line(argv) -> str:
+    """This command as typed, for the results files."""
+    return "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+
+def image_experiment(args, argv, raw: dict) -> int:
     """An experiment file of ``kind: vision``: sret-train-cifar runs, reported as a table."""
-    import yaml
-
     from .experiment_runner import ExperimentError
     from .experiment_runner.image_runs import collect, parse_image_experiment, run_image_experiment, train_command
     from .experiment_runner.image_runs import run_folder, write_image_results
@@ -76,8 +80,7 @@ def image_experiment(args, argv) -> int:
               " training options are the file's train.args)", file=sys.stderr)
         return 2
     try:
-        experiment = parse_image_experiment(yaml.safe_load(Path(args.experiment).read_text(encoding="utf-8")),
-                                            args.experiment)
+        experiment = parse_image_experiment(raw, args.experiment)
     except ExperimentError as exc:
         print(f"sret-experiments: error: {exc}", file=sys.stderr)
         return 2
@@ -86,7 +89,7 @@ def image_experiment(args, argv) -> int:
         print("sret-experiments: error: no data: pass --data or set 'data' in the file", file=sys.stderr)
         return 2
     output = Path(args.output or Path("runs/experiments") / experiment.name)
-    command = "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = _command_line(argv)
     if args.dry_run:
         for row, seed in experiment.runs(args.rows, args.seeds):
             command_line = train_command(experiment, row, seed, data, run_folder(output, row, seed))
@@ -94,7 +97,7 @@ def image_experiment(args, argv) -> int:
         return 0
 
     def report():
-        for path in write_image_results(experiment, collect(experiment, output), Path(args.results), command,
+        for path in write_image_results(experiment, collect(experiment, output, data), Path(args.results), command,
                                         force=args.force).values():
             print(f"[experiments] wrote {path}", file=sys.stderr)
 
@@ -122,8 +125,9 @@ def main(argv=None) -> int:
     from .outputs import exclusive
 
     started = time.time()
-    if _kind(args.experiment) == "vision":
-        return image_experiment(args, argv)
+    vision = _vision_file(args.experiment)
+    if vision is not None:
+        return image_experiment(args, argv, vision)
 
     try:
         whole = load_experiment(args.experiment)
@@ -143,7 +147,7 @@ def main(argv=None) -> int:
             print(f"sret-experiments: error: {exc}", file=sys.stderr)
             return 2
     output = Path(args.output or Path("runs/experiments") / experiment.name)
-    command = "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = _command_line(argv)
     if args.dry_run:
         for run in experiment.runs():
             cmd = train_command(experiment, run, data, run_paths(output, run), cpu=args.cpu,

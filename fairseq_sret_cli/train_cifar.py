@@ -26,10 +26,10 @@ run is continued only with ``--resume`` and the same settings, or started over w
 
 import argparse
 import ast
+import contextlib
 import json
 import math
 import os
-import platform
 import random
 import sys
 import time
@@ -49,6 +49,7 @@ from fairseq_sret.vision import create_model
 from fairseq_sret.vision.registry import get_pretrained_cfg
 from fairseq_sret.vision.complexity import count_macs, count_params
 from . import HelpFormatter, UsageError, UserError, at_least, in_range, log as _log, user_errors
+from .experiment_runner.runner import cpu_model
 from .image_tensors import ImageTensors, load_split
 from .outputs import OutputInTheWay, Outputs, exclusive
 
@@ -124,6 +125,7 @@ def _timm():
     try:
         import timm.data
         import timm.data.random_erasing
+        import timm.loss
         import timm.optim
         import timm.scheduler
         import timm.utils
@@ -212,45 +214,44 @@ def settings_of(args) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
 
 
+def settings_for(argv) -> dict:
+    """The settings a run with these arguments records in its ``result.json`` (as JSON reads them)."""
+    return json.loads(json.dumps(settings_of(get_parser().parse_args(argv))))
+
+
 def describe_difference(old: dict, new: dict) -> str:
     keys = sorted(set(old) | set(new))
     return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k))
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # ----------------------------------------------------------------------------- the run
-def check_run_folder(args, outputs: Outputs) -> Optional[dict]:
-    """The state to resume from (``--resume``), or None to start; refuses a folder holding
-    another run, or this run with other settings or data."""
+def refuse_other_runs(args, outputs: Outputs) -> None:
+    """Refuse, before anything is written, a folder that holds a run (unless ``--resume`` or
+    ``--force``) or files this command may not replace, and ``--resume`` without a run."""
     out = Path(args.output)
-    present = [name for name in RUN_FILES if (out / name).exists()]
-    last = out / "checkpoint_last.pt"
     if args.resume:
-        if not last.is_file():
+        if not (out / "checkpoint_last.pt").is_file():
             raise UsageError(f"--resume: {out} holds no checkpoint_last.pt to continue from; drop --resume to start")
-        state = load_checkpoint_file(last)
-        if not isinstance(state, dict) or state.get("command") != "sret-train-cifar":
-            raise OutputInTheWay(f"{last} was not written by sret-train-cifar: give another --output")
-        if state["settings"] != settings_of(args):
-            changed = describe_difference(state["settings"], settings_of(args))
-            raise UsageError(f"--resume: {out} holds a run with other settings ({changed}); resume it with its own"
-                             " settings, or start over with --force and without --resume")
-        return state
+        return
+    present = [name for name in RUN_FILES if (out / name).exists()]
     if present and not args.force:
         raise OutputInTheWay(f"{out} holds a run ({', '.join(present)}): continue it with --resume, give another"
                              " --output, or pass --force to start over (replaced once the new run has started)")
     outputs.check([out / name for name in RUN_FILES], folders=[out])
-    return None
+
+
+def resume_state(args) -> dict:
+    """The state of the run in ``--output`` to continue; refused when it was not made by this
+    command or has other settings."""
+    last = Path(args.output) / "checkpoint_last.pt"
+    state = load_checkpoint_file(last)
+    if not isinstance(state, dict) or state.get("command") != "sret-train-cifar":
+        raise OutputInTheWay(f"{last} was not written by sret-train-cifar: give another --output")
+    if state["settings"] != settings_of(args):
+        changed = describe_difference(state["settings"], settings_of(args))
+        raise UsageError(f"--resume: {last.parent} holds a run with other settings ({changed}); resume it with its"
+                         " own settings, or start over with --force and without --resume")
+    return state
 
 
 def build_model(args, num_classes: int):
@@ -278,24 +279,15 @@ def run(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     timm = _timm()
     # as the manifest (JSON) stores them: tuples in --model-kwargs come back as lists
-    outputs = Outputs("sret-train-cifar", force=args.force, settings=json.loads(json.dumps(settings_of(args))))
+    outputs = Outputs("sret-train-cifar", force=args.force, settings=settings_for(argv))
     if args.output:
-        check_run_folder(args, outputs)  # a refusal leaves nothing behind, not even the lock file
-    lock = exclusive(args.output, "sret-train-cifar") if args.output else None
-    with lock if lock is not None else _nothing():
+        refuse_other_runs(args, outputs)  # a refusal leaves nothing behind, not even the lock file
+    with exclusive(args.output, "sret-train-cifar") if args.output else contextlib.nullcontext():
         return _train(args, timm, outputs)
 
 
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _train(args, timm, outputs: Outputs) -> dict:
-    resume = check_run_folder(args, outputs) if args.output else None
+    resume = resume_state(args) if args.resume else None
     train_all = load_split(args.data_dir, "train")
     test = load_split(args.data_dir, "test")
     if test.classes != train_all.classes:
@@ -374,9 +366,11 @@ def _train(args, timm, outputs: Outputs) -> dict:
         for name in RUN_FILES:  # --force: the new run has started, the old one goes
             (Path(args.output) / name).unlink(missing_ok=True)
 
+    soft_target_loss = timm.loss.SoftTargetCrossEntropy()
+
     def loss_of(logits: Tensor, target: Tensor) -> Tensor:
-        if mixup is not None:
-            return torch.sum(-target * F.log_softmax(logits, dim=-1), dim=-1).mean()
+        if mixup is not None:  # Mixup's targets are class distributions
+            return soft_target_loss(logits, target)
         return F.cross_entropy(logits, target, label_smoothing=args.smoothing)
 
     log(f"{args.model} {model_kwargs}: {facts['params']:,} parameters, {facts['macs'] / 1e6:.1f}M MACs;"

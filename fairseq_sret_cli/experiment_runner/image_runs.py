@@ -16,8 +16,10 @@
         seeds: [1, 2, 3]
 
 A run's folder is ``OUTPUT/<row>/seed<N>``: a run whose ``result.json`` has the settings the
-file asks for is done; one with a ``checkpoint_last.pt`` is continued (``--resume``); the
-training command itself refuses a folder trained with other settings or other data.
+file asks for is done (a result of other settings counts as missing, and its run is given to
+the training command, which refuses it); one with a ``checkpoint_last.pt`` is continued
+(``--resume``); the training command itself refuses a folder trained with other settings or
+other data.
 """
 
 import json
@@ -124,11 +126,16 @@ def train_command(experiment: ImageExperiment, row: ImageRow, seed: int, data: s
     return command
 
 
-def read_result(folder: Path) -> Optional[dict]:
+def read_result(folder: Path, command: Sequence[str]) -> Optional[dict]:
+    """The run's ``result.json`` if it was trained with the settings of ``command``, else None."""
+    from ..train_cifar import settings_for
+
     try:
-        return json.loads((folder / "result.json").read_text(encoding="utf-8"))
+        result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    module_args = command[3:]  # after python -m fairseq_sret_cli.train_cifar
+    return result if isinstance(result, dict) and result.get("settings") == settings_for(module_args) else None
 
 
 def _log(message: str) -> None:
@@ -141,7 +148,7 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
     pending = []
     for row, seed in experiment.runs(rows, seeds):
         folder = run_folder(output, row, seed)
-        if read_result(folder) is not None:
+        if read_result(folder, train_command(experiment, row, seed, data, folder)) is not None:
             _log(f"{row.id}/seed{seed}: done already ({folder / 'result.json'})")
             continue
         pending.append((row, seed, folder))
@@ -157,16 +164,16 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
                 log_file.write(f"$ {' '.join(shlex.quote(c) for c in command)}\n")
                 log_file.flush()
                 process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-                running[f"{row.id}/seed{seed}"] = (process, log_file, folder)
+                running[f"{row.id}/seed{seed}"] = (process, log_file, folder, command)
                 _log(f"{row.id}/seed{seed}: training ({'resumed' if '--resume' in command else 'started'}),"
                      f" log {folder / 'train.log'}")
             time.sleep(1.0)
-            for name, (process, log_file, folder) in list(running.items()):
+            for name, (process, log_file, folder, command) in list(running.items()):
                 if process.poll() is None:
                     continue
                 log_file.close()
                 del running[name]
-                if process.returncode == 0 and read_result(folder) is not None:
+                if process.returncode == 0 and read_result(folder, command) is not None:
                     _log(f"{name}: done")
                     if on_run_done:
                         on_run_done()
@@ -174,7 +181,7 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
                     failed.append(name)
                     _log(f"{name}: failed (exit {process.returncode}); see {folder / 'train.log'}")
     finally:
-        for process, log_file, _ in running.values():  # interrupted: the runs resume from their last epoch
+        for process, log_file, _, _ in running.values():  # interrupted: the runs resume from their last epoch
             process.terminate()
             process.wait()
             log_file.close()
@@ -182,16 +189,20 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
 
 
 # ----------------------------------------------------------------------------- results
-def collect(experiment: ImageExperiment, output: Path) -> List[dict]:
+def collect(experiment: ImageExperiment, output: Path, data: str) -> List[dict]:
+    """Every run's record: its result and per-epoch history when it finished with the file's
+    settings, else ``status: missing``."""
     records = []
     for row, seed in experiment.runs():
         folder = run_folder(output, row, seed)
-        result = read_result(folder)
+        result = read_result(folder, train_command(experiment, row, seed, data, folder))
         history = []
-        try:
-            history = [json.loads(line) for line in (folder / "log.jsonl").read_text(encoding="utf-8").splitlines()]
-        except (OSError, ValueError):
-            pass
+        if result is not None:
+            try:
+                log = (folder / "log.jsonl").read_text(encoding="utf-8")
+                history = [json.loads(line) for line in log.splitlines()]
+            except (OSError, ValueError):
+                pass
         records.append({"row": row.id, "seed": seed, "status": "done" if result else "missing",
                         "result": result, "history": history})
     return records

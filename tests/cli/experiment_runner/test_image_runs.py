@@ -78,3 +78,14 @@ def test_a_run_folder_trained_with_other_settings_fails_that_run(images, tmp_pat
     path = experiment_file(tmp_path, rows, FAST.replace("--epochs 1", "--epochs 3"))
     assert experiments.main([str(path), *common]) == 1
     assert "other settings (epochs: 2 -> 3)" in (tmp_path / "runs" / "sret" / "seed1" / "train.log").read_text()
+
+
+def test_a_result_of_other_settings_is_not_done(images, tmp_path):
+    rows = [{"id": "sret", "model": "sret_cifar"}]
+    common = ["--data", str(images), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
+    assert experiments.main([str(experiment_file(tmp_path, rows)), *common]) == 0
+    # the file's schedule is edited after the run finished: its old scores are not reported
+    path = experiment_file(tmp_path, rows, FAST.replace("--epochs 1", "--epochs 2"))
+    assert experiments.main([str(path), *common]) == 1  # the training command refuses the old run
+    assert "other settings (epochs: 1 -> 2)" in (tmp_path / "runs" / "sret" / "seed1" / "train.log").read_text()
+    assert "missing (seeds 1)" in (tmp_path / "res" / "tiny_ladder.md").read_text()
