@@ -209,7 +209,9 @@ class ConvStem(nn.Sequential):
         if 2**halvings != stride or halvings > len(dims):
             raise ValueError(f"a stem of {len(dims)} layers cannot down-sample by {stride}")
         dims = [in_chans] + list(dims)
-        super().__init__(*[ConvBNReLU(a, b, 2 if i < halvings else 1) for i, (a, b) in enumerate(zip(dims, dims[1:]))])
+        super().__init__(*[
+            ConvBNReLU(a, b, 2 if i < halvings else 1) for i, (a, b) in enumerate(zip(dims, dims[1:]))
+        ])
 
 
 class PatchStem(nn.Module):
@@ -239,16 +241,17 @@ class RecursiveStage(nn.Module):
     """Shared blocks, each applied ``len(schedule)`` times with its own NLL after every application.
 
     ``z = NLL_2(F(NLL_1(F(z))))`` per shared block F (paper Eq. 6), ``z = F(F(z))`` with
-    ``nll=False``; ``schedule[r]`` sets the
-    attention groups and partition of application ``r``. (B, C, H, W) -> (B, C, H, W); tokens are the
-    pixels in row-major order, so contiguous slices are bands of rows. The output keeps the
-    input's memory format (``torch.channels_last`` or contiguous).
+    ``nll=False``; ``schedule[r]`` sets the attention groups and partition of application ``r``.
+    (B, C, H, W) -> (B, C, H, W); tokens are the pixels in row-major order, so contiguous slices
+    are bands of rows. The output keeps the input's memory format (``torch.channels_last`` or
+    contiguous).
     """
 
     def __init__(
         self, dim: int, num_heads: int, num_blocks: int, schedule: RecursionSchedule,
         mlp_ratio: float, nll_ratio: float, drop_paths: Sequence[float],
-        lrc: bool = True, nll: bool = True, norm_eps: float = 1e-6, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+        lrc: bool = True, nll: bool = True, norm_eps: float = 1e-6, drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
     ):
         super().__init__()
 
@@ -671,7 +674,7 @@ for _name, (_base, _defaults, _weights) in _VARIANTS.items():
 
 # ----------------------------------------------------------------------------- CIFAR scale
 # SReT-T's design at 32x32 pixels, sized so that one training run fits a few CPU-hours on one
-# thread (docs/results/vision.md): the stem down-samples by 4, not 8, so the three stages see
+# thread (docs/results/cifar10.md): the stem down-samples by 4, not 8, so the three stages see
 # 8x8, 4x4 and 2x2 tokens; widths, heads, FFN and NLL ratios and groups are SReT-T's, with
 # one, two and one shared blocks (8 layer applications). Each of the paper's ablation steps
 # changes one field: ``recursions``, ``nll``, ``lrc``, ``groups``, ``stem``.
