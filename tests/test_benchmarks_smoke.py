@@ -333,3 +333,13 @@ def test_bench_compile_smoke():
     out = run_script("bench_compile", "--regional", timeout=300)
     assert len(rows(out, "sret_t")) == 2 + 2 * 2, out  # two ways compiled; two depths each after the first call
     assert rows(out, "deit_tiny_patch16_224"), out
+
+
+def test_bench_cifar_input_times_every_part_of_an_epoch():
+    pytest.importorskip("timm")
+    out = run_script("bench_cifar_input", timeout=300)
+    assert len(rows(out, "decoding train + test once")) == 1 and len(rows(out, "input pipeline")) == 1
+    models = [line for line in out.splitlines() if line.startswith("| training update, ")]
+    assert [m.split("`")[1] for m in models] == ["sret_cifar_baseline", "sret_cifar_baseline_deep",
+                                                "sret_cifar_wo_slice", "sret_cifar"]
+    assert "hardware: device: CPU" in out and "command: python -m benchmarks.bench_cifar_input --smoke" in out
