@@ -140,6 +140,19 @@ def at_least(minimum, kind=int):
     return parse
 
 
+def finite(text: str) -> float:
+    """An argparse ``type``: a finite number (NaN and infinity are refused, not passed on)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
 def in_range(low: float, high: float):
     """An argparse ``type``: a number in [``low``, ``high``)."""
 

@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import HelpFormatter, at_least, user_errors
+from . import HelpFormatter, at_least, finite, user_errors
 from .outputs import Outputs
 
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     p.add_argument("--subset", default="test", help="test (default), test1, valid")
     p.add_argument("--beam", type=at_least(1), default=None,
                    help="beam size (default: 5; with --generate-output, the file's)")
-    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--lenpen", type=finite, default=1.0)
     p.add_argument("--max-tokens", type=at_least(1), default=8000)
     p.add_argument("--batch-size", type=at_least(1), default=None)
     p.add_argument("--cpu", action="store_true", help="translate on the CPU even if a GPU is present")

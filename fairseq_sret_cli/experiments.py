@@ -115,7 +115,12 @@ def image_experiment(args, argv, raw: dict) -> int:
 
 @user_errors("sret-experiments", interrupted="interrupted; the trainings were stopped and the finished runs recorded: rerun the same command to resume")
 def main(argv=None) -> int:
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    for name in ("rows", "seeds"):  # a run named twice would train twice at once in one folder
+        chosen = getattr(args, name) or []
+        if len(set(chosen)) != len(chosen):
+            parser.error(f"--{name} names {sorted({c for c in chosen if chosen.count(c) > 1})} more than once")
     import json
     import time
 

@@ -290,6 +290,14 @@ CASES: List[Case] = [
     exp_case("experiments-wrong-type", "a wrong type (`eval.lenpen: high`)",
              "name: bad\ntrain: {args: --lr 1, max_update: 10}\neval: {lenpen: high}\n"
              "rows:\n  - {id: a, arch: transformer}\n", "eval.lenpen must be a number"),
+    exp_case("experiments-nan", "a length penalty that is not a number (`eval.lenpen: .nan`)",
+             "name: bad\ntrain: {args: --lr 1, max_update: 10}\neval: {lenpen: .nan}\n"
+             "rows:\n  - {id: a, arch: transformer}\n", "eval.lenpen must be finite, got nan"),
+    exp_case("experiments-last0", "an average of no checkpoint (`eval.checkpoints: [last0]`)",
+             "name: bad\ntrain: {args: --lr 1, max_update: 10}\neval: {checkpoints: [last0]}\n"
+             "rows:\n  - {id: a, arch: transformer}\n", "'last0' averages no checkpoint"),
+    Case("experiments-seed-twice", "`sret-experiments --seeds 1 1`",
+         ["sret-experiments", "exp.yaml", "--data", "bin", "--seeds", "1", "1"], "--seeds names [1] more than once"),
     exp_case("experiments-string-for-list", "a string where a list belongs (`eval.checkpoints: best`)",
              "name: bad\ntrain: {args: --lr 1, max_update: 10}\neval: {checkpoints: best}\n"
              "rows:\n  - {id: a, arch: transformer}\n", "eval.checkpoints must be a non-empty list"),
@@ -383,6 +391,9 @@ CASES: List[Case] = [
          "eval/test.hyp and 1 more: made by sret-evaluate with other settings (generate_output=", setup=scored),
     Case("evaluate-beam-0", "`sret-evaluate --beam 0`",
          ["sret-evaluate", "--data", "bin", "--checkpoint", "c.pt", "--beam", "0"], "--beam: must be at least 1, got 0"),
+    Case("evaluate-lenpen-nan", "`sret-evaluate --lenpen nan`",
+         ["sret-evaluate", "--data", "bin", "--checkpoint", "c.pt", "--lenpen", "nan"],
+         "--lenpen: must be a finite number, got nan"),
     Case("evaluate-average-negative", "`sret-evaluate --average-last -3`",
          ["sret-evaluate", "--data", "bin", "--checkpoint-dir", "run", "--average-last", "-3"],
          "--average-last: must be at least 1, got -3"),

@@ -42,6 +42,7 @@ and the rows; each row is an architecture with its flags and seeds::
 Every (row, seed) is one *run*. :func:`load_experiment` validates the file and expands it.
 """
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field, replace
@@ -173,6 +174,8 @@ def _int(value, where: str, minimum: int = 0) -> int:
 def _float(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ExperimentError(f"{where} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ExperimentError(f"{where} must be finite, got {value!r}")
     return float(value)
 
 
@@ -234,7 +237,10 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
             raise ExperimentError(f"{where}: eval.variants: name {key!r} must be letters, digits, '_', '.', '-'")
     checkpoints = _names(ev.get("checkpoints", ["best"]), f"{where}: eval.checkpoints")
     for kind in checkpoints:
-        if kind not in CHECKPOINT_KINDS and not AVERAGE.fullmatch(str(kind)):
+        average = AVERAGE.fullmatch(str(kind))
+        if average and int(average.group(1)) < 1:
+            raise ExperimentError(f"{where}: eval.checkpoints: {kind!r} averages no checkpoint; give last1 or more")
+        if kind not in CHECKPOINT_KINDS and not average:
             raise ExperimentError(
                 f"{where}: eval.checkpoints: unknown {kind!r}; allowed: best, last, lastN (average of the last N"
                 " epoch checkpoints), lastNu (of the last N update checkpoints, --save-interval-updates)"
