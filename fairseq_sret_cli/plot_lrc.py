@@ -17,11 +17,15 @@ from . import HelpFormatter, user_errors
 from .outputs import Outputs
 
 
+FORMATS = ("png", "pdf", "svg")
+
+
 @user_errors("sret-plot-lrc")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sret-plot-lrc", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("inputs", nargs="+", help="a run folder (its checkpoint*.pt are read) or checkpoint files")
-    p.add_argument("--output", default=None, help="PNG to write (default: RUN_DIR/lrc.png)")
+    p.add_argument("--output", default=None,
+                   help="the figure to write, .png, .pdf or .svg (default: RUN_DIR/lrc.png)")
     p.add_argument("--table", action="store_true", help="also print the table when matplotlib is available")
     p.add_argument("--title", default="LRC coefficients")
     p.add_argument("--force", action="store_true", help="replace an output file this command did not make")
@@ -38,6 +42,9 @@ def main(argv=None) -> int:
         paths = [Path(x) for x in args.inputs]
         run_dir = paths[0].parent
     output = Path(args.output) if args.output else run_dir / "lrc.png"
+    file_format = output.suffix.lower().lstrip(".")
+    if file_format not in FORMATS:
+        p.error(f"--output {output}: the figure is written as {', '.join(FORMATS)}; give a file name ending in one")
     outputs = Outputs("sret-plot-lrc", force=args.force, inputs=paths,
                       settings={"inputs": [str(Path(x).resolve()) for x in args.inputs], "title": args.title})
     outputs.check([output])
@@ -54,7 +61,7 @@ def main(argv=None) -> int:
               "the plot", file=sys.stderr)
         return 0
     with outputs.writing(output) as tmp:
-        lrc.plot(traj, tmp, title=args.title)
+        lrc.plot(traj, tmp, title=args.title, file_format=file_format)
     out = output
     print(f"[lrc] wrote {out}", file=sys.stderr)
     print(out)

@@ -108,8 +108,9 @@ def format_table(traj: LRCTrajectory) -> str:
     return "\n".join(out)
 
 
-def plot(traj: LRCTrajectory, output, title: str = "LRC coefficients") -> Path:
-    """One panel per layer: each coefficient against the update number; saved as PNG.
+def plot(traj: LRCTrajectory, output, title: str = "LRC coefficients", file_format: str = "png") -> Path:
+    """One panel per layer: each coefficient against the update number; saved as ``file_format``
+    (png, pdf or svg).
     Needs matplotlib (``pip install fairseq-sret[plot]``)."""
     plt = pyplot()
     groups = by_layer(list(traj.values))
@@ -140,6 +141,6 @@ def plot(traj: LRCTrajectory, output, title: str = "LRC coefficients") -> Path:
     fig.tight_layout()
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=120, format="png")
+    fig.savefig(output, dpi=120, format=file_format)
     plt.close(fig)
     return output

@@ -86,3 +86,15 @@ def test_cli_plots_a_png(tmp_path):
     write_run(tmp_path)
     assert load_script().main([str(tmp_path), "--output", str(tmp_path / "out.png")]) == 0
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_writes_the_format_its_output_names(tmp_path):
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path)
+    assert load_script().main([str(tmp_path), "--output", str(tmp_path / "lrc.pdf")]) == 0
+    assert (tmp_path / "lrc.pdf").read_bytes()[:5] == b"%PDF-"
+    assert load_script().main([str(tmp_path), "--output", str(tmp_path / "lrc.svg")]) == 0
+    assert b"<svg" in (tmp_path / "lrc.svg").read_bytes()[:500]
+    with pytest.raises(SystemExit):  # a format it cannot write is refused, not written as PNG
+        load_script().main([str(tmp_path), "--output", str(tmp_path / "lrc.jpeg")])
+    assert not (tmp_path / "lrc.jpeg").exists()
