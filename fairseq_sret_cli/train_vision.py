@@ -195,14 +195,19 @@ def check_run_folder(args, outputs: Outputs) -> None:
         (out / "log.jsonl").unlink(missing_ok=True)  # a new run, a new log
 
 
-def load_weights(model, path, model_name: str, strict: bool = True) -> None:
+def load_weights(model, path, model_name: str, strict: bool = True, classes=None) -> None:
     """Load ``path`` into ``model`` (read through the checkpoint allow-list); a checkpoint
-    saved by this command for another model is refused naming it."""
+    saved by this command for another model, or (``strict``) for other class names than
+    ``classes``, is refused naming them."""
     state = load_checkpoint_file(path)
     saved = state.get("model_name") if isinstance(state, dict) else None
     if strict and isinstance(saved, str) and saved != model_name:
         raise UsageError(f"{path} holds a {saved} model ({state.get('model_kwargs')}), not {model_name}:"
                          f" pass --model {saved}")
+    saved_classes = state.get("classes") if isinstance(state, dict) else None
+    if strict and classes is not None and saved_classes is not None and list(saved_classes) != list(classes):
+        raise UserError(f"{path} was trained on the classes {list(saved_classes)}, the data has {list(classes)}:"
+                        " its class indices would be compared with other classes' labels")
     try:
         load_checkpoint(model, state, strict=strict)
     except (ValueError, TypeError) as exc:
@@ -250,7 +255,7 @@ def run(argv=None) -> dict:
     except ValueError as exc:
         parser.error(str(exc))
     if args.checkpoint:
-        load_weights(model, args.checkpoint, args.model)
+        load_weights(model, args.checkpoint, args.model, classes=classes)
     if args.finetune:
         load_weights(model, args.finetune, args.model, strict=False)
     model.to(device)
@@ -297,7 +302,8 @@ def run(argv=None) -> dict:
         stats = train(
             model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
             teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
-            checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs}, options=vars(args),
+            checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs, "classes": classes},
+            options=vars(args),
         )
     except FloatingPointError as exc:
         last = Path(args.output or "") / "checkpoint_last.pt"

@@ -158,6 +158,10 @@ def train(
     start_epoch, best = 0, -1.0
     if resume:
         state = load_checkpoint_file(resume)
+        for key in ("model_name", "classes"):  # what the data and the command line must still be
+            saved, now = state.get(key), (checkpoint_extra or {}).get(key)
+            if saved is not None and now is not None and saved != now:
+                raise ValueError(f"{resume} was trained with {key} {saved!r}, this run has {now!r}")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])

@@ -161,7 +161,8 @@ def load_checkpoint(
     Official SReT checkpoints are renamed with :func:`convert_official_state_dict`. A
     position embedding made at another resolution is interpolated (bicubic) to the
     model's. With ``strict=False`` (fine-tuning) tensors whose shape differs, such as a
-    classifier for another number of classes, are skipped with a warning.
+    classifier for another number of classes, are skipped with a warning; a checkpoint none
+    of whose tensors fits (another kind of model) is a ValueError.
     """
     if isinstance(checkpoint, (str, bytes)) or hasattr(checkpoint, "__fspath__"):
         # weights_only, with errors that name the file (damaged, not a checkpoint, unsafe)
@@ -171,6 +172,10 @@ def load_checkpoint(
     if not strict:
         skipped = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
         state_dict = {k: v for k, v in state_dict.items() if k not in skipped}
+        if not any(k in own for k in state_dict):  # another kind of model: nothing would load
+            raise ValueError(f"the checkpoint holds none of this {type(model).__name__}'s weights (its keys, e.g."
+                             f" {next(iter(state_dict), 'none')!r}, name none of the model's): a checkpoint of"
+                             " another kind of model?")
         result = model.load_state_dict(state_dict, strict=False)
         if skipped or result.missing_keys or result.unexpected_keys:
             warnings.warn(

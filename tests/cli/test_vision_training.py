@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_sret.vision import SoftDistillationLoss, SReT, soft_distillation_loss
+from fairseq_sret_cli import UserError
 from fairseq_sret_cli.vision_training import cosine_lr, param_groups, topk_correct
 
 
@@ -233,3 +234,24 @@ def test_train_with_compile(image_folder, tmp_path):
     assert math.isfinite(stats["train_loss"]) and stats["val_n"] == 8
     state = torch.load(out / "checkpoint_last.pt", weights_only=False)["model"]
     assert not any(k.startswith("_orig_mod") for k in state)
+
+
+def test_checkpoints_keep_their_class_names_and_loaders_check_them(image_folder, tmp_path):
+    script = load_script()
+    out = tmp_path / "run"
+    script.run(common(image_folder, epochs=1, output=out))
+    assert torch.load(out / "checkpoint_last.pt", weights_only=True)["classes"] == ["cat", "dog"]
+    # the same images under other class names: evaluating would compare indices of other classes
+    os.rename(image_folder / "val" / "cat", image_folder / "val" / "kitten")
+    os.rename(image_folder / "train" / "cat", image_folder / "train" / "kitten")
+    with pytest.raises(UserError, match="trained on the classes"):
+        script.run(common(image_folder, eval_only=True, checkpoint=out / "checkpoint_last.pt"))
+    with pytest.raises(ValueError, match="classes"):
+        script.run(common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt"))
+
+
+def test_finetuning_from_another_kind_of_model_is_refused(image_folder, tmp_path):
+    other = tmp_path / "translation.pt"
+    torch.save({"model": {"encoder.layers.0.fc1.weight": torch.zeros(2, 2)}}, other)
+    with pytest.raises(UserError, match="holds none of this SReT's weights"):
+        load_script().run(common(image_folder, epochs=1, no_save=True, finetune=other))
