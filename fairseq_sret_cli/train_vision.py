@@ -221,8 +221,11 @@ def run(argv=None) -> dict:
     training = check_options(args, parser)
     logging.getLogger("PIL").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
     device = resolve_device(args.device)
+    # a logits file and a run's files are different outputs: neither may replace the other
     outputs = Outputs("sret-train-vision", force=args.force,
-                      inputs=[args.checkpoint, args.finetune, args.resume, args.teacher_logits, args.teacher_checkpoint])
+                      settings={"output": "logits" if args.dump_logits else "run"},
+                      inputs=[args.checkpoint, args.finetune, args.resume, args.teacher_logits,
+                              args.teacher_checkpoint])
     if args.dump_logits:
         outputs.check([args.dump_logits])
     if training and args.output:

@@ -255,3 +255,22 @@ def test_finetuning_from_another_kind_of_model_is_refused(image_folder, tmp_path
     torch.save({"model": {"encoder.layers.0.fc1.weight": torch.zeros(2, 2)}}, other)
     with pytest.raises(UserError, match="holds none of this SReT's weights"):
         load_script().run(common(image_folder, epochs=1, no_save=True, finetune=other))
+
+
+def test_dump_logits_does_not_replace_a_trained_model(image_folder, tmp_path):
+    from fairseq_sret_cli.outputs import OutputInTheWay
+
+    script = load_script()
+    first, second = tmp_path / "first", tmp_path / "second"
+    script.run(common(image_folder, epochs=1, output=first))
+    script.run(common(image_folder, epochs=1, output=second, seed=1))
+    trained = (second / "checkpoint_best.pt").read_bytes()
+    # the logits of the first model onto the second run's checkpoint: both made by this command
+    with pytest.raises(OutputInTheWay, match="checkpoint_best.pt"):
+        script.run(common(image_folder, checkpoint=first / "checkpoint_last.pt",
+                          dump_logits=second / "checkpoint_best.pt"))
+    assert (second / "checkpoint_best.pt").read_bytes() == trained
+    # a logits file is replaced by the logits of the next dump
+    logits = tmp_path / "teacher.pt"
+    for _ in range(2):
+        script.run(common(image_folder, checkpoint=first / "checkpoint_last.pt", dump_logits=logits))
