@@ -343,3 +343,28 @@ def test_bench_cifar_input_times_every_part_of_an_epoch():
     assert [m.split("`")[1] for m in models] == ["sret_cifar_baseline", "sret_cifar_baseline_deep",
                                                 "sret_cifar_wo_slice", "sret_cifar"]
     assert "hardware: device: CPU" in out and "command: python -m benchmarks.bench_cifar_input --smoke" in out
+
+
+def test_bench_cifar_depth_places_every_depth_of_the_finished_runs(tmp_path):
+    pytest.importorskip("timm")
+    from benchmarks.bench_cifar_input import tiny_image_folder
+    from fairseq_sret_cli import experiments
+
+    data = tiny_image_folder(tmp_path / "data")
+    fast = ("--epochs 1 --batch-size 4 --val-split 4 --max-steps-per-epoch 1 --log-interval 0 --threads 1"
+            " --eval-batch-size 20")
+    table_rows = [{"id": "baseline", "title": "baseline", "model": "sret_cifar_baseline"},
+                  {"id": "sret", "title": "SReT", "model": "sret_cifar", "args": "--mixed-depth 1:0.5"},
+                  {"id": "later", "title": "not trained", "model": "sret_cifar_wo_slice"}]
+    path = tmp_path / "exp.yaml"
+    path.write_text(json.dumps({"kind": "vision", "name": "tiny", "seeds": [1], "train": {"args": fast},
+                                "rows": table_rows}))
+    common = ["--data", str(data), "--output", str(tmp_path / "runs")]
+    assert experiments.main([str(path), *common, "--rows", "baseline", "sret", "--results", str(tmp_path)]) == 0
+    out = run_script("bench_cifar_depth", str(path), *common, "--out", str(tmp_path / "depth.png"),
+                     "--batch-size", "4", "--repeats", "1", smoke=False, timeout=300)
+    assert len(rows(out, "baseline")) == 1 and len(rows(out, "SReT")) == 2  # depths 2 and 1
+    assert "missing" in rows(out, "not trained")[0]
+    points = json.loads((tmp_path / "depth.json").read_text())["points"]
+    assert sorted((p["row"], p["depth"]) for p in points) == [("baseline", 1), ("sret", 1), ("sret", 2)]
+    assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
