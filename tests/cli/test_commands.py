@@ -17,6 +17,7 @@ COMMANDS = {
     "sret-average-checkpoints": "fairseq_sret_cli.average_checkpoints",
     "sret-plot-lrc": "fairseq_sret_cli.plot_lrc",
     "sret-train-vision": "fairseq_sret_cli.train_vision",
+    "sret-train-cifar": "fairseq_sret_cli.train_cifar",
     "sret-count": "fairseq_sret_cli.count",
     "sret-toy-data": "fairseq_sret_cli.toy",
     "sret-uptrain": "fairseq_sret_cli.uptrain",
