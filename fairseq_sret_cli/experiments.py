@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from . import HelpFormatter, at_least, user_errors
+from . import HelpFormatter, UsageError, at_least, user_errors
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -76,18 +76,15 @@ def image_experiment(args, argv, raw: dict) -> int:
     unsupported = [f"--{name.replace('_', '-')}" for name in ("cpu", "max_update", "max_epoch", "time_limit")
                    if getattr(args, name) not in (None, False)]
     if unsupported:
-        print(f"sret-experiments: error: {', '.join(unsupported)}: not an option of vision experiments (the"
-              " training options are the file's train.args)", file=sys.stderr)
-        return 2
+        raise UsageError(f"{', '.join(unsupported)}: not an option of vision experiments (the training options are"
+                         " the file's train.args)")
     try:
         experiment = parse_image_experiment(raw, args.experiment)
     except ExperimentError as exc:
-        print(f"sret-experiments: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     data = args.data or experiment.data
     if not data:
-        print("sret-experiments: error: no data: pass --data or set 'data' in the file", file=sys.stderr)
-        return 2
+        raise UsageError("no data: pass --data or set 'data' in the file")
     output = Path(args.output or Path("runs/experiments") / experiment.name)
     command = _command_line(argv)
     if args.dry_run:
