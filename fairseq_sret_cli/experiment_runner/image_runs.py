@@ -231,7 +231,15 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
     outputs = Outputs("sret-experiments", force=force, settings={"experiment": experiment.name})
     paths = {"md": results / f"{experiment.name}.md", "json": results / f"{experiment.name}.json",
              "curves": results / f"{experiment.name}_curves.png"}
-    outputs.check(paths.values())
+
+    def ours(_path: Path) -> bool:
+        """Results of this experiment, recognised by the JSON that names it (a clone has no manifest)."""
+        try:
+            return json.loads(paths["json"].read_text(encoding="utf-8")).get("experiment") == experiment.name
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    outputs.check(paths.values(), own=ours)
     lines = [f"# {experiment.title}", "", f"Written by `{command}` from `{experiment.path}`.", ""]
     if experiment.notes:
         lines += [experiment.notes, ""]
@@ -258,9 +266,9 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
             f" {_mean_std(ema) if ema else ''} | {seeds_text} | {_mean_std(depth1) if depth1 else ''} |")
     cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
     lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32."]
-    outputs.write_text(paths["md"], "\n".join(lines) + "\n")
+    outputs.write_text(paths["md"], "\n".join(lines) + "\n", own=ours)
     outputs.write_text(paths["json"], json.dumps({"experiment": experiment.name, "command": command, "runs": records},
-                                                 indent=1) + "\n")
+                                                 indent=1) + "\n", own=ours)
     curves = [r for r in records if r["history"]]
     if curves:
         plt = pyplot()
@@ -281,7 +289,7 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        with outputs.writing(paths["curves"]) as tmp:
+        with outputs.writing(paths["curves"], own=ours) as tmp:
             fig.savefig(tmp, dpi=110, format="png")
         plt.close(fig)
     else:

@@ -66,6 +66,13 @@ def test_runs_train_resume_and_report_row_by_row(images, tmp_path):
     assert report["runs"][1]["result"]["model_kwargs"]["stem"] == "patch"
     assert (tmp_path / "res" / "tiny_ladder_curves.png").stat().st_size > 0
     assert "missing" not in (tmp_path / "res" / "tiny_ladder.md").read_text()
+    # committed results have no manifest in a clone: they are recognised by the JSON naming them
+    (tmp_path / "res" / ".sret-outputs.json").unlink()
+    assert experiments.main([*common, "--report-only"]) == 0
+    # a file of the same name that this experiment did not write stays in the way
+    (tmp_path / "res" / ".sret-outputs.json").unlink()
+    (tmp_path / "res" / "tiny_ladder.json").write_text('{"experiment": "another"}')
+    assert experiments.main([*common, "--report-only"]) == 2
 
 
 def test_a_run_folder_trained_with_other_settings_fails_that_run(images, tmp_path):
