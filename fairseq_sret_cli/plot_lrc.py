@@ -42,12 +42,12 @@ def main(argv=None) -> int:
         paths = [Path(x) for x in args.inputs]
         run_dir = paths[0].parent
     output = Path(args.output) if args.output else run_dir / "lrc.png"
+    outputs = Outputs("sret-plot-lrc", force=args.force, inputs=paths,
+                      settings={"inputs": [str(Path(x).resolve()) for x in args.inputs], "title": args.title})
+    outputs.check([output])  # an input in the way is named as such first
     file_format = output.suffix.lower().lstrip(".")
     if file_format not in FORMATS:
         p.error(f"--output {output}: the figure is written as {', '.join(FORMATS)}; give a file name ending in one")
-    outputs = Outputs("sret-plot-lrc", force=args.force, inputs=paths,
-                      settings={"inputs": [str(Path(x).resolve()) for x in args.inputs], "title": args.title})
-    outputs.check([output])
     print(f"[lrc] reading {len(paths)} checkpoints", file=sys.stderr)
     traj = lrc.collect(paths)
     try:
