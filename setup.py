@@ -17,14 +17,15 @@ setup(
         # Install torch before this package (scripts/setup_env.sh does): a bare torch
         # requirement resolved by pip can pull a multi-GB CUDA build.
         "torch>=2.11",
-        # fairseq's main branch with the Python 3.11 fixes (the same `fairseq` module)
-        "fairseq-fixed==0.12.3.1",
-        "sacrebleu>=2.0",
-        "sentencepiece",
-        "sacremoses",
         "pyyaml",  # experiment files (sret-experiments)
     ],
     extras_require={
+        # translation with fairseq: the plugin (--user-dir fairseq_sret), sret-prepare,
+        # sret-evaluate, sret-uptrain. fairseq-fixed is fairseq's main branch with the
+        # Python 3.11 fixes (the same `fairseq` module); it has wheels up to Python 3.12 and
+        # builds from source on 3.13. The core, the vision models and the transformers
+        # adapter never need it.
+        "fairseq": ["fairseq-fixed==0.12.3.1", "sacrebleu>=2.0", "sentencepiece", "sacremoses"],
         # triton: the fused residual + LRC + LayerNorm kernel's tests run under Triton's
         # interpreter on CPU-only machines (~10 s). Capped below 3.9 because this project's
         # local package index carries 3.8.0, so a clean CI install takes it from there in

@@ -69,8 +69,9 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
     Mistakes are :class:`UserError`, files that are missing, unreadable or in the way
     (``OSError``), values that do not fit (``ValueError``, which covers text that is not
     UTF-8 and our experiment-file errors), keys a checkpoint lacks (``KeyError``) and damaged
-    or unsafe checkpoints. ``SRET_TRACEBACK=1`` in the environment shows the traceback instead
-    (``0``, ``false``, ``no``, ``off`` or empty do not).
+    or unsafe checkpoints; an optional dependency that is not installed is named with its
+    extra (:mod:`fairseq_sret.extras`). ``SRET_TRACEBACK=1`` in the environment shows the
+    traceback instead (``0``, ``false``, ``no``, ``off`` or empty do not).
     """
     import functools
     import os
@@ -88,6 +89,14 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
                     raise
                 print(f"{prog}: error: {error_message(exc)}", file=sys.stderr)
                 return 2 if isinstance(exc, UsageError) else 1
+            except ModuleNotFoundError as exc:
+                from fairseq_sret.extras import missing_extra_message
+
+                message = missing_extra_message(exc)
+                if message is None or tracebacks_wanted():
+                    raise
+                print(f"{prog}: error: {message}", file=sys.stderr)
+                return 1
             except KeyboardInterrupt:
                 if tracebacks_wanted():
                     raise

@@ -57,6 +57,6 @@ if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses,
     echo "[setup] fairseq-sret and its dependencies already installed"
 else
     echo "[setup] installing fairseq-sret (editable) with test extras; the first build of fairseq takes ~4 minutes"
-    "$py" -m pip install -q -e "$repo[test]"
+    "$py" -m pip install -q -e "$repo[fairseq,test]"
 fi
 echo "[setup] environment ready: $venv"

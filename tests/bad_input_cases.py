@@ -39,6 +39,17 @@ class Case:
     def command(self) -> str:
         return self.argv[0]
 
+    @property
+    def needs_fairseq(self) -> bool:
+        """Run only where the 'fairseq' extra is installed: translation commands and their
+        checkpoints."""
+        return self.needs_model or self.command in TRANSLATION_COMMANDS or self.command.startswith("fairseq")
+
+
+#: the commands that need the 'fairseq' extra (fairseq, sacreBLEU, sacremoses), or whose cases
+#: are built from fairseq checkpoints
+TRANSLATION_COMMANDS = {"sret-prepare", "sret-evaluate", "sret-uptrain", "sret-average-checkpoints"}
+
 
 # ---------------------------------------------------------------- file makers
 def write(folder: Path, name: str, text: str) -> Path:

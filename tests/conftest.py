@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -23,6 +24,14 @@ for _folder in sorted(p for p in (REPO / "tests").rglob("*") if p.is_dir() and n
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
 SHARED = Path(os.environ.get("SRET_SHARED", REPO.parent / "shared"))
+
+# fairseq is an extra ('.[fairseq]'): the core, vision and transformers tests run without it
+# and the translation tests skip (whole modules with pytest.importorskip("fairseq")).
+# SRET_REQUIRE_FAIRSEQ=1 (scripts/run_tests.sh's main job) makes a missing fairseq an error.
+HAVE_FAIRSEQ = importlib.util.find_spec("fairseq") is not None
+if not HAVE_FAIRSEQ and os.environ.get("SRET_REQUIRE_FAIRSEQ") == "1":
+    raise pytest.UsageError("SRET_REQUIRE_FAIRSEQ=1 but fairseq is not installed (pip install -e '.[fairseq]')")
+requires_fairseq = pytest.mark.skipif(not HAVE_FAIRSEQ, reason="needs fairseq (pip install -e '.[fairseq]')")
 
 
 def shared_path(relative: str = "") -> Path:

@@ -31,12 +31,16 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from omegaconf import OmegaConf
 from torch import Tensor
 
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
-from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
+from ..extras import require
+
+require("fairseq", "uptraining (fairseq_sret.conversion.uptrain)")
+
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
+from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402  (fairseq's)
 
 from ..models.sret_transformer import SReTTransformerModel, check_sret_options
 from ..models.sret_transformer.hydra_config import _flag, _options

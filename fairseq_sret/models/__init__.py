@@ -4,7 +4,11 @@ architectures and the mixed-depth criterion with fairseq and applies the fixes o
 :mod:`fairseq_sret.fairseq_patches`. Converting models lives in
 :mod:`fairseq_sret.conversion`."""
 
-from ..fairseq_patches import apply_patches
+from ..extras import require
+
+require("fairseq", "the fairseq plugin (--user-dir fairseq_sret)")
+
+from ..fairseq_patches import apply_patches  # noqa: E402
 
 apply_patches()
 

@@ -16,6 +16,9 @@ import zipfile
 
 import pytest
 import torch
+
+pytest.importorskip("fairseq")
+
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 

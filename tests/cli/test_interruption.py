@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("fairseq")
+
+
 from cli_helpers import ENV, REPO, SRET, command, preprocess, write_corpus
 from fairseq_sret.fairseq_patches import AtomicCopyPathManager, checkpoints_copied_in_place
 from fairseq_sret.nmt_checkpoints import checkpoint_num_updates, load_checkpoint

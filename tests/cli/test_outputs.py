@@ -21,7 +21,8 @@ from typing import Callable, List
 import pytest
 import torch
 
-from bad_input_cases import MAINS, corpus, images, run_case_here, transformer_checkpoint, write
+from bad_input_cases import MAINS, TRANSLATION_COMMANDS, corpus, images, run_case_here, transformer_checkpoint, write
+from conftest import HAVE_FAIRSEQ, requires_fairseq
 from fairseq_sret_cli.outputs import MANIFEST, Busy, OutputInTheWay, Outputs, exclusive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -256,6 +257,8 @@ def snapshot(folder: Path) -> dict:
 
 @pytest.mark.parametrize("writer", WRITERS + [DUMP], ids=[w.command for w in WRITERS] + ["sret-train-vision-dump"])
 def test_a_command_never_replaces_what_it_did_not_make(writer, tmp_path):
+    if writer.command in TRANSLATION_COMMANDS and not HAVE_FAIRSEQ:
+        pytest.skip(f"{writer.command} needs fairseq (pip install -e '.[fairseq]')")
     writer.setup(tmp_path)
     command = writer.argv[0]
     # every output is a file the user made, and one more beside them
@@ -315,6 +318,7 @@ def test_a_second_vision_run_into_a_trained_folder_needs_resume_or_force(tmp_pat
     assert len(log) == 2 and '"epoch": 1' in log[1]  # one history, continued
 
 
+@requires_fairseq
 def test_prepare_puts_a_data_bin_beside_the_corpus_it_reads(tmp_path):
     """``--src myproject/raw --out myproject`` once deleted the whole project, corpus included."""
     corpus(tmp_path)
@@ -348,6 +352,7 @@ def test_prepare_puts_a_data_bin_beside_the_corpus_it_reads(tmp_path):
     assert not [p for p in project.iterdir() if p.name.startswith(".sret-prepare")]
 
 
+@requires_fairseq
 def test_prepare_downloads_into_a_users_folder_only_with_force(tmp_path):
     """An archive as ``--src`` is unpacked into ``OUT/orig``; a user's own ``orig`` is not taken over."""
     import tarfile

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
+pytest.importorskip("fairseq")
+
+
 from cli_helpers import ENV, TRAIN, USER_DIR, preprocess, run, write_corpus
 from fairseq import options as fairseq_options
 from fairseq.models import ARCH_MODEL_REGISTRY

@@ -14,6 +14,7 @@ import torch
 from fairseq_sret.core import NonLinearProjection, Recursive, SReTBlock, at_depth, set_depth
 from fairseq_sret.vision import SReT
 from fairseq_sret.vision.mixer import RecursiveMixer
+from conftest import requires_fairseq
 from nmt_helpers import SMALL, build
 
 
@@ -88,6 +89,7 @@ def nmt(recursions=(3, 2), **overrides):
 
 
 @pytest.mark.parametrize("enc,dec", [(1, 1), (2, 1), (3, 2), (1, 2)])
+@requires_fairseq
 def test_depth_d_equals_a_model_built_with_d_recursions(enc, dec):
     torch.manual_seed(0)
     deep, task = nmt((3, 2))
@@ -113,6 +115,7 @@ def test_depth_d_equals_a_model_built_with_d_recursions(enc, dec):
 
 
 @pytest.mark.parametrize("enc,dec", [(1, 1), (2, 2), (3, 1), (3, 2)])
+@requires_fairseq
 def test_incremental_decoding_equals_teacher_forcing_at_every_depth(enc, dec):
     torch.manual_seed(1)
     model, task = nmt((3, 2))
@@ -134,6 +137,7 @@ def test_incremental_decoding_equals_teacher_forcing_at_every_depth(enc, dec):
         assert caches[0]["cross_attn"] is caches[1]["cross_attn"] and "k" in caches[0]["cross_attn"]
 
 
+@requires_fairseq
 def test_override_builds_the_trained_count_and_runs_the_requested_depth():
     torch.manual_seed(2)
     trained, task = nmt((3, 2))
@@ -166,6 +170,7 @@ def test_override_builds_the_trained_count_and_runs_the_requested_depth():
     assert trained.depth == (3, 2)
 
 
+@requires_fairseq
 def test_checkpoint_without_the_record_fails_with_the_fix():
     torch.manual_seed(3)
     trained, _ = nmt((3, 2))

@@ -16,6 +16,9 @@ Each property is checked against its definition on random configurations:
 
 import pytest
 import torch
+
+pytest.importorskip("fairseq")
+
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -10,6 +10,8 @@ import collections
 import pytest
 import torch
 
+pytest.importorskip("fairseq")
+
 from fairseq_sret.nmt_checkpoints import average_checkpoints, load_checkpoint, save_checkpoint
 from fairseq_sret_cli.toy import ToyTask, build_model
 

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("fairseq")
+
 import sacrebleu
 
 from fairseq_sret_cli.toy import write_reversal_corpus

@@ -15,6 +15,9 @@ import tempfile
 
 import pytest
 
+pytest.importorskip("fairseq")
+
+
 from conftest import REPO
 from fairseq_sret import fairseq_patches
 

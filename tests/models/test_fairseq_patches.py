@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("fairseq")
+
+
 import fairseq_cli.train
 import fairseq_sret.models  # noqa: F401  (applies the patches)
 from fairseq import checkpoint_utils

@@ -12,6 +12,9 @@ import math
 
 import pytest
 import torch
+
+pytest.importorskip("fairseq")
+
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
+pytest.importorskip("fairseq")
+
+
 from cli_helpers import ENV, SRET, TRAIN, USER_DIR, command, preprocess, write_corpus
 from fairseq_sret.models.sret_transformer.model import UNSUPPORTED_GENERATION
 

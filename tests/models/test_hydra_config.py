@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
+pytest.importorskip("fairseq")
+
 from omegaconf import OmegaConf, open_dict
 
 import fairseq.models

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmarks import gpu_checks
+from conftest import requires_fairseq
 from nmt_helpers import SMALL, build
 
 
@@ -24,6 +25,7 @@ def test_gpu_check_script_smoke_on_cpu():
                             "--attention-length", "16"]) == 0
 
 
+@requires_fairseq
 @pytest.mark.parametrize("train", [False, True])
 def test_sret_transformer_under_bf16_autocast_is_finite_and_close_to_fp32(train):
     torch.manual_seed(0)

@@ -5,6 +5,9 @@ import itertools
 import pytest
 import torch
 
+pytest.importorskip("fairseq")
+
+
 from fairseq import search
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_sret.conversion.convert import fairseq_transformer_to_sret

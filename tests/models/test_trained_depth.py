@@ -6,6 +6,9 @@ import logging
 
 import pytest
 
+pytest.importorskip("fairseq")
+
+
 from fairseq_sret.models.sret_transformer.trained_depth import warn_untrained_depth
 
 

@@ -12,6 +12,9 @@ import argparse
 import pytest
 import torch
 
+pytest.importorskip("fairseq")
+
+
 from fairseq.models.transformer import TransformerModel
 from nmt_helpers import build
 from fairseq_sret_cli.toy import ToyTask

@@ -5,6 +5,8 @@ import gzip
 
 import pytest
 
+pytest.importorskip("fairseq")  # sret-prepare binarises with fairseq
+
 from fairseq_sret_cli.data import multi30k
 from fairseq_sret_cli.data.io import read_lines, write_lines
 from conftest import shared_path

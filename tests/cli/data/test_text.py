@@ -10,6 +10,7 @@ from fairseq_sret_cli.data.text import (
 
 
 def test_tokenizer_splits_the_last_period_like_tokenizer_perl():
+    pytest.importorskip("sacremoses")  # the 'fairseq' extra
     # sacremoses alone keeps "u.s.a." / "75." together at the end of a line; tokenizer.perl does not
     assert moses_tokenize("Aber dies sind alle Straßen in den U.S.A.", "de") == "Aber dies sind alle Straßen in den U.S.A ."
     assert moses_tokenize("wie in den vorhergegangenen 75.", "de") == "wie in den vorhergegangenen 75 ."
@@ -19,6 +20,7 @@ def test_tokenizer_splits_the_last_period_like_tokenizer_perl():
 
 
 def test_aggressive_dash_split():
+    pytest.importorskip("sacremoses")  # the 'fairseq' extra
     assert moses_tokenize("a well-known fact", "en", aggressive_dash_splits=True) == "a well @-@ known fact"
     assert moses_tokenize("a well-known fact", "en") == "a well-known fact"
 

@@ -1,6 +1,9 @@
 """The BLEU variants against sacreBLEU (and fairseq's own scorer) on fixed strings."""
 
 import pytest
+
+pytest.importorskip("sacrebleu")  # the 'fairseq' extra
+
 import sacrebleu
 
 from fairseq_sret_cli.evaluation import bleu

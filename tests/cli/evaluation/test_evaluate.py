@@ -4,6 +4,9 @@ variants from the data-bin's metadata (synthetic data, no model needed)."""
 import json
 
 import pytest
+
+pytest.importorskip("sacrebleu")  # the 'fairseq' extra
+
 import sacrebleu
 
 from fairseq_sret_cli.data.io import write_lines
