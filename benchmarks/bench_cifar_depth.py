@@ -11,7 +11,6 @@ listed as missing. Writes the figure and ``OUT`` with ``.json``.
 """
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import command_line, hardware_line, median, print_table, set_threads
+from fairseq_sret import json_text
 
 
 def images_per_cpu_second(model, batch: int, repeats: int) -> float:
@@ -105,7 +105,7 @@ def main(argv=None) -> None:
     with outputs.writing(out) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    outputs.write_text(out.with_suffix(".json"), json.dumps(
+    outputs.write_text(out.with_suffix(".json"), json_text.dumps(
         {"command": command_line(), "hardware": hardware_line(torch.device("cpu")), "points": points}, indent=1) + "\n")
 
 

@@ -48,6 +48,7 @@ from benchmarks.common import (
     clock_fn, clock_note, command_line, default_clock, hardware_line, median, pick_device, prepare_as_generate,
     print_table, quiet_logging, set_threads,
 )
+from fairseq_sret import json_text
 
 warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
 warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")
@@ -424,7 +425,7 @@ def main(argv=None) -> int:
              f" median of {args.rounds} round(s)")
     print_table(title, TABLE_HEADER, [table_row(r) for r in rows])
     if args.json:
-        outputs.write_text(args.json, json.dumps({"command": command_line(), "hardware": hardware_line(device),
+        outputs.write_text(args.json, json_text.dumps({"command": command_line(), "hardware": hardware_line(device),
                                                   "title": title, "rows": rows}, indent=2) + "\n")
     if args.figure:
         with outputs.writing(args.figure) as tmp:

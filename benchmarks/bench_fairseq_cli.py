@@ -43,7 +43,6 @@ trains every model afresh (its checkpoint folder emptied, so that fairseq does n
 
 import argparse
 import functools
-import json
 import os
 import re
 import statistics
@@ -51,6 +50,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from fairseq_sret import json_text
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE_FLAGS = {"transformer_iwslt_de_en": ["--encoder-normalize-before", "--decoder-normalize-before"],
@@ -358,7 +358,7 @@ def main(argv=None):
          f"vs {base_arch}", "generate tokens/s", "sentences/s after the first batch", f"vs {base_arch}"],
         rows,
     )
-    runs.write_text(work / "results.json", json.dumps(
+    runs.write_text(work / "results.json", json_text.dumps(
         {f"{a}/{p}": {"train_wps": r["wps"], "train_rc": r["rc"], "generate_sentences_s": g and g["sentences_s"],
                       "generate_rc": g and g["rc"], "generate_sentences_s_after_first_batch": g and g["after_first_batch"]}
          for (a, p), (r, g) in results.items()}, indent=1, default=str))

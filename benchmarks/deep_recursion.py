@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from fairseq_sret_cli import toy
 from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
+from fairseq_sret import json_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -229,7 +230,7 @@ def train(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child_memory:
-        print(json.dumps(measure_child(args)))
+        print(json_text.dumps(measure_child(args)))
         return 0
     report = {"config": vars(args), "layer_applications": 2 * args.unique_layers * args.recursions,
               "torch_threads": torch.get_num_threads()}
@@ -243,7 +244,7 @@ def main(argv=None) -> int:
               f" (mean of first {min(10, len(result['losses']) // 2 or 1)} {result['first_mean']:.4f}"
               f" -> last {result['last_mean']:.4f})", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        Path(args.json).write_text(json_text.dumps(report, indent=1) + "\n")
     return 0 if ok else 1
 
 

@@ -15,7 +15,6 @@ timed, so the figure does not depend on the machine.
 """
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import command_line, flop_counter
+from fairseq_sret import json_text
 
 
 def build(data: str, arch: str, args):
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps({"command": command, "rows": results}, indent=1) + "\n")
+        args.out.with_suffix(".json").write_text(json_text.dumps({"command": command, "rows": results}, indent=1) + "\n")
     return 0
 
 

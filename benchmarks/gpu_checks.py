@@ -20,7 +20,6 @@ errors stay within half-precision rounding.
 
 import argparse
 import itertools
-import json
 import math
 import sys
 import time
@@ -32,6 +31,7 @@ from torch import nn
 
 from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
 from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
+from fairseq_sret import json_text
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -204,17 +204,17 @@ def main(argv=None) -> int:
     report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "dtype": args.dtype}
     report["attention"] = {d: attention_check(device, DTYPES[d], args.attention_length) for d in sorted(DTYPES)}
-    print(json.dumps(report["attention"], indent=1), flush=True)
+    print(json_text.dumps(report["attention"], indent=1), flush=True)
     report["training"] = result = train(args, device, dtype)
     attention_ok = all(d["ok"] for d in report["attention"].values())
     ok = attention_ok and not result["nonfinite_losses"] and not result["skipped_steps"]
     report["ok"] = ok
-    print(json.dumps({k: v for k, v in result.items()}, indent=1))
+    print(json_text.dumps({k: v for k, v in result.items()}, indent=1))
     print(f"{'OK' if ok else 'FAILED'}: {len(result['skipped_steps'])} skipped steps (gradient overflow),"
           f" {len(result['nonfinite_losses'])} non-finite losses, attention within half-precision"
           f" rounding: {attention_ok}", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        Path(args.json).write_text(json_text.dumps(report, indent=1) + "\n")
     return 0 if ok else 1
 
 

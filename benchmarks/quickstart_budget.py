@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import _cpu_model, command_line
+from fairseq_sret import json_text
 
 REPO = Path(__file__).resolve().parents[1]
 WIDTH = ("--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256"
@@ -92,7 +93,7 @@ def minutes(seconds) -> str:
 
 def write_results(rows, results: Path, command: str, measured_by: str) -> None:
     results.mkdir(parents=True, exist_ok=True)
-    (results / "quickstart_budget.json").write_text(json.dumps(
+    (results / "quickstart_budget.json").write_text(json_text.dumps(
         {"command": command, "machine": machine(), "rows": rows}, indent=1) + "\n")
     lines = [
         "# Multi30k De→En quick start against fairseq's transformer at the same CPU budget", "",

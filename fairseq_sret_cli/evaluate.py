@@ -11,13 +11,13 @@ literature reports each benchmark:
 """
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 
 from . import HelpFormatter, at_least, finite, user_errors
 from .outputs import Outputs
+from fairseq_sret import json_text
 
 
 @user_errors("sret-evaluate")
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         batch_size=args.batch_size, cpu=args.cpu, extra_args=shlex.split(args.generate_args), verbose=args.verbose,
     )
     outputs.record(*written)
-    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else format_report(report))
+    print(json_text.dumps(report, indent=2, ensure_ascii=False) if args.json else format_report(report))
     return 0
 
 

@@ -34,6 +34,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 from fairseq_sret.atomic_files import replacing
 
 from . import UsageError
+from fairseq_sret import json_text
 
 MANIFEST = ".sret-outputs.json"
 
@@ -89,7 +90,7 @@ def _update_manifest(folder: Path, change: Callable[[Dict[str, dict]], None]) ->
     with _folder_lock(folder):
         files = read_manifest(folder)
         change(files)
-        text = json.dumps({"about": "files made by the sret-* commands (fairseq_sret_cli/outputs.py)",
+        text = json_text.dumps({"about": "files made by the sret-* commands (fairseq_sret_cli/outputs.py)",
                            "files": files}, indent=1, sort_keys=True) + "\n"
         with replacing(folder / MANIFEST) as tmp:
             tmp.write_text(text, encoding="utf-8")

@@ -52,6 +52,7 @@ from . import HelpFormatter, UsageError, UserError, at_least, in_range, log as _
 from .experiment_runner.runner import cpu_model
 from .image_tensors import ImageTensors, load_split
 from .outputs import OutputInTheWay, Outputs, exclusive
+from fairseq_sret import json_text
 
 RUN_FILES = ("checkpoint_last.pt", "log.jsonl", "result.json")
 #: options that do not change what is trained: a run resumes under other values of these
@@ -216,7 +217,7 @@ def settings_of(args) -> dict:
 
 def settings_for(argv) -> dict:
     """The settings a run with these arguments records in its ``result.json`` (as JSON reads them)."""
-    return json.loads(json.dumps(settings_of(get_parser().parse_args(argv))))
+    return json.loads(json_text.dumps(settings_of(get_parser().parse_args(argv))))
 
 
 def describe_difference(old: dict, new: dict) -> str:
@@ -437,7 +438,7 @@ def _train(args, timm, outputs: Outputs) -> dict:
                 "model_kwargs": model_kwargs, "classes": train.classes,
             }
             outputs.save(state, Path(args.output) / "checkpoint_last.pt")
-            outputs.write_text(Path(args.output) / "log.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+            outputs.write_text(Path(args.output) / "log.jsonl", "".join(json_text.dumps(h) + "\n" for h in history))
 
     result = {
         "model": args.model, "model_kwargs": model_kwargs, **facts, "epochs": args.epochs,
@@ -447,10 +448,10 @@ def _train(args, timm, outputs: Outputs) -> dict:
         "settings": settings_of(args), "cpu": cpu_model(), "threads": torch.get_num_threads(),
         "torch": torch.__version__, "timm": timm.__version__,
     }
-    log(f"test top-1: {json.dumps(result['test'])}" + (f", EMA {json.dumps(result['test_ema'])}" if ema else "")
+    log(f"test top-1: {json_text.dumps(result['test'])}" + (f", EMA {json_text.dumps(result['test_ema'])}" if ema else "")
         + f" ({time.time() - run_started:.0f} s)")
     if args.output:
-        outputs.write_text(Path(args.output) / "result.json", json.dumps(result, indent=1) + "\n")
+        outputs.write_text(Path(args.output) / "result.json", json_text.dumps(result, indent=1) + "\n")
     return result
 
 

@@ -29,7 +29,6 @@ which sees the same augmented crop as the student (``--teacher``).
 """
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -46,6 +45,7 @@ from .image_folder import EvalTransform, ImageFolder, TrainTransform
 from .vision_training import TrainConfig, autocast_settings, evaluate, train
 from . import HelpFormatter, UsageError, UserError, at_least, in_range, user_errors
 from .outputs import OutputInTheWay, Outputs
+from fairseq_sret import json_text
 
 
 def get_parser():
@@ -274,13 +274,13 @@ def run(argv=None) -> dict:
     if args.dump_logits:
         dump_logits(net, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp,
                     outputs)
-        print(json.dumps({"dumped_logits": args.dump_logits}))
+        print(json_text.dumps({"dumped_logits": args.dump_logits}))
         return {"dumped_logits": args.dump_logits}
     if args.eval_only:
         if val_loader is None:
             raise UserError(f"no validation split {val_dir}")
         stats = evaluate(net, val_loader, device, amp)
-        print(json.dumps({"eval": stats}))
+        print(json_text.dumps({"eval": stats}))
         return stats
 
     train_set = ImageFolder(train_dir, TrainTransform(img_size), return_index=True)

@@ -15,7 +15,6 @@ best so far), then ``checkpoint_last.pt`` (also the optimizer and scaler state: 
 continues from it), then a line of ``log.jsonl``; each file is replaced atomically.
 """
 
-import json
 import math
 import os
 import time
@@ -30,6 +29,7 @@ from fairseq_sret.core.mixed_depth import DepthTerm, mixed_depth_loss
 from fairseq_sret.nmt_checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision.losses import soft_distillation_loss
 from fairseq_sret.vision.weights import save_checkpoint
+from fairseq_sret import json_text
 
 #: (autocast enabled, autocast dtype, use a gradient scaler), from :func:`autocast_settings`
 Amp = Tuple[bool, Optional[torch.dtype], bool]
@@ -230,7 +230,7 @@ def train(
                 with model.at_depth(term.depths[0]):
                     shallow = evaluate(net, val_loader, device, amp)
                 stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
-        print(json.dumps(stats), flush=True)
+        print(json_text.dumps(stats), flush=True)
         if output:
             # best before last and the log after both: a run killed at any moment resumes from
             # a whole checkpoint_last.pt whose best_acc1 is that of checkpoint_best.pt, and
@@ -246,5 +246,5 @@ def train(
                 "best_acc1": best, **extra, "args": dict(options or {}),
             })
             with open(os.path.join(output, "log.jsonl"), "a") as f:
-                f.write(json.dumps(stats) + "\n")
+                f.write(json_text.dumps(stats) + "\n")
     return stats

@@ -19,7 +19,6 @@ checkpoint's options are read as saved.
 """
 
 import hashlib
-import json
 import re
 from argparse import Namespace
 from pathlib import Path
@@ -31,6 +30,7 @@ from .. import __version__
 from ..nmt_checkpoints import load_checkpoint
 from .configuration import SReTConfig
 from .tokenization import read_fairseq_dictionary
+from .. import json_text
 
 MARKER = "sret_export.json"
 #: the files an export always writes (transformers may add more, e.g. a sharded model's)
@@ -286,6 +286,6 @@ def export_checkpoint(checkpoint, data_bin, folder) -> dict:
         "unique_parameters": sum(p.numel() for p in model.parameters()),
         "depth": list(model.depth), "recursions": list(model.recursions),
     }
-    (folder / MARKER).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (folder / MARKER).write_text(json_text.dumps(summary, indent=2) + "\n", encoding="utf-8")
     written = sorted(p.name for p in set(folder.iterdir()) - before | {folder / MARKER})
     return dict(summary, files=written)

@@ -9,6 +9,7 @@ from .binarize import fairseq_preprocess
 from .download import download, extract, is_archive
 from .io import find_file, log, read_lines, write_lines
 from .subword import SentencePieceCodec, train_sentencepiece
+from fairseq_sret import json_text
 
 METADATA = "sret_data.json"
 
@@ -145,7 +146,7 @@ def write_metadata(out_dir, metadata: dict) -> Path:
         options["dictionary_size"] = len(read_lines(dictionary)) + 4  # fairseq's <s>, <pad>, </s>, <unk>
     metadata = dict(metadata, options=options, created=time.strftime("%Y-%m-%d %H:%M:%S"))
     path = out_dir / METADATA
-    path.write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json_text.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
 

@@ -17,7 +17,6 @@ against its own binarised targets, as fairseq-generate prints them (``T-`` lines
 sacreBLEU and chrF2 on the text as binarised (no subword or detokenization step).
 """
 
-import json
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -30,6 +29,7 @@ from ..data.subword import SentencePieceCodec
 from ..data.text import moses_detokenize
 from . import bleu
 from .generate import generation_speed, read_hypotheses, run_generate
+from fairseq_sret import json_text
 
 
 _BINARISED = re.compile(r"^(?P<subset>[^.]+)\.(?P<src>[^.-]+)-(?P<tgt>[^.-]+)\.(?P=src)\.idx$")
@@ -223,7 +223,7 @@ def evaluate(
         "scores": [r.as_dict() for r in results],
     }
     with replacing(output_dir / f"{subset}.results.json") as tmp:
-        tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.write_text(json_text.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return report
 
 

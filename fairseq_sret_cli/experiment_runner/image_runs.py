@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Sequence
 from .. import pyplot
 from ..outputs import Outputs
 from .experiment_file import ExperimentError
+from fairseq_sret import json_text
 
 #: options the runner sets for each run: a row may not give them
 RUNNER_OPTIONS = ("--data-dir", "--output", "--seed", "--resume", "--force", "--no-save", "--model")
@@ -267,7 +268,7 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
     cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
     lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32."]
     outputs.write_text(paths["md"], "\n".join(lines) + "\n", own=ours)
-    outputs.write_text(paths["json"], json.dumps({"experiment": experiment.name, "command": command, "runs": records},
+    outputs.write_text(paths["json"], json_text.dumps({"experiment": experiment.name, "command": command, "runs": records},
                                                  indent=1) + "\n", own=ours)
     curves = [r for r in records if r["history"]]
     if curves:

@@ -16,6 +16,7 @@ from fairseq_sret.atomic_files import replacing
 from .. import pyplot
 from .experiment_file import Experiment, describe
 from .runner import cpu_model, device_name, evaluation_key, write_text_atomically  # noqa: F401 (cpu_model: for callers)
+from fairseq_sret import json_text
 
 
 def evaluation_keys(experiment: Experiment) -> List[str]:
@@ -178,7 +179,7 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
     out = {"json": results_dir / f"{experiment.name}.json", "md": results_dir / f"{experiment.name}.md"}
     payload = {"experiment": describe(experiment), "command": command, "environment": env,
                "rows": rows, "runs": records, "earlier_runs": list(earlier)}
-    write_text_atomically(out["json"], json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomically(out["json"], json_text.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     plots = plot(experiment, rows, records, results_dir, env, command)
     out.update(plots)
     write_text_atomically(out["md"], markdown(experiment, rows, records, command, env, plots))

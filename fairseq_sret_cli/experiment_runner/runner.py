@@ -35,6 +35,7 @@ from fairseq_sret.atomic_files import replacing
 from .. import log as lab_log
 
 from .experiment_file import AVERAGE, CHECKPOINT_KINDS, Experiment, ExperimentError, Row, Run
+from fairseq_sret import json_text
 
 _LOG_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 # fairseq's trainer, when a training process starts: from a checkpoint, or from scratch
@@ -159,7 +160,7 @@ class CpuTrace:
         sample = {"pid": self.pid, "from_update": self.from_update, "update": self.update,
                   "process_cpu_seconds": round(seconds, 1)}
         with open(self.paths.cpu_trace, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(sample) + "\n")
+            handle.write(json_text.dumps(sample) + "\n")
 
 
 def read_cpu_trace(paths: "RunPaths") -> List[dict]:
@@ -315,7 +316,7 @@ def write_text_atomically(path: Path, text: str) -> None:
 
 def write_record(paths: RunPaths, record: dict) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(paths.record, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomically(paths.record, json_text.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
 # ---------------------------------------------------------------- fairseq's log
@@ -644,7 +645,7 @@ def training_settings(command: Sequence[str]) -> List[str]:
 
 
 def settings_fingerprint(settings: Sequence[str]) -> str:
-    return hashlib.sha256(json.dumps(list(settings)).encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(json_text.dumps(list(settings)).encode("utf-8")).hexdigest()[:16]
 
 
 def _options(settings: Sequence[str]) -> Dict[str, str]:
@@ -1116,12 +1117,12 @@ def refresh_training(experiment: Experiment, output) -> List[str]:
         record = read_record(paths)
         if record.get("status") != "done" or not paths.train_log.is_file():
             continue
-        before = json.dumps([record.get("train"), record.get("curve")], sort_keys=True)
+        before = json_text.dumps([record.get("train"), record.get("curve")], sort_keys=True)
         training = read_training(paths)
         record["train"] = summarise_training(experiment, paths, record, training)
         for point in record.get("curve") or []:
             point["cpu_seconds"] = _interpolated(training[1] or [], point["update"])
-        if json.dumps([record.get("train"), record.get("curve")], sort_keys=True) != before:
+        if json_text.dumps([record.get("train"), record.get("curve")], sort_keys=True) != before:
             write_record(paths, record)
             changed.append(run.name)
     return changed
