@@ -34,6 +34,8 @@ def read_fairseq_dictionary(path) -> List[str]:
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             line = line.rstrip("\r\n")
+            if number == 1:
+                line = line.removeprefix("\ufeff")  # a byte order mark is not part of the first symbol
             overwrite = line.endswith(" " + OVERWRITE_FLAG)
             if overwrite:
                 line = line[: -len(OVERWRITE_FLAG) - 1]

@@ -28,7 +28,10 @@ def open_text(path, mode: str = "r"):
 
 
 def read_lines(path) -> List[str]:
-    """All lines of a text file without their trailing newline.
+    """All lines of a text file without their line ends: ``\n``, or ``\r\n`` as Windows
+    editors write them (a ``\r`` elsewhere stays, see :func:`open_text`); a UTF-8 byte order
+    mark at the start of the file is dropped. Neither becomes part of a word (of a
+    dictionary, of a reference).
 
     Raises ``ValueError`` naming the file for text that is not UTF-8 and for a damaged or
     truncated ``.gz``.
@@ -37,7 +40,13 @@ def read_lines(path) -> List[str]:
     try:
         with open_text(path) as f:
             for line in f:
-                lines.append(line[:-1] if line.endswith("\n") else line)
+                if line.endswith("\r\n"):
+                    line = line[:-2]
+                elif line.endswith("\n"):
+                    line = line[:-1]
+                lines.append(line)
+        if lines and lines[0].startswith("\ufeff"):
+            lines[0] = lines[0][1:]
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (line {_first_undecodable_line(path)}: {exc.reason})") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:

@@ -111,3 +111,13 @@ def test_the_pipeline_translates_raw_text(exported):
     with torch.no_grad():
         ids = model.generate(**tokenizer(SENTENCES[:1], return_tensors="pt"), max_new_tokens=6)
     assert results[0] == tokenizer.decode(ids[0], skip_special_tokens=True)
+
+
+def test_a_dictionary_saved_on_windows_reads_as_the_same_symbols(tmp_path):
+    from fairseq_sret.hf.tokenization import read_fairseq_dictionary
+
+    plain, windows = tmp_path / "dict.txt", tmp_path / "dict.windows.txt"
+    plain.write_bytes("▁Hund 5\nKatze 3\n".encode())
+    windows.write_bytes("\ufeff▁Hund 5\r\nKatze 3\r\n".encode())
+    assert read_fairseq_dictionary(windows) == read_fairseq_dictionary(plain) == ["<s>", "<pad>", "</s>", "<unk>",
+                                                                                  "▁Hund", "Katze"]

@@ -68,10 +68,21 @@ def test_compound_split_and_non_printing():
     assert remove_non_printing("plain text") == "plain text"
 
 
-def test_read_lines_keeps_carriage_returns(tmp_path):
+def test_read_lines_keeps_carriage_returns_inside_lines(tmp_path):
     p = tmp_path / "f.txt"
     p.write_bytes("a\rb\nc\u2028d\n".encode())
     assert read_lines(p) == ["a\rb", "c\u2028d"]  # only "\n" ends a line, as in perl
+
+
+def test_read_lines_drops_windows_line_ends_and_a_byte_order_mark(tmp_path):
+    p = tmp_path / "windows.txt"
+    p.write_bytes("\ufeffEin Hund .\r\nZwei\rKatzen .\r\nlast".encode())
+    assert read_lines(p) == ["Ein Hund .", "Zwei\rKatzen .", "last"]
+    gz = tmp_path / "windows.txt.gz"
+    import gzip
+
+    gz.write_bytes(gzip.compress(p.read_bytes()))
+    assert read_lines(gz) == read_lines(p)
 
 
 def test_sources_accept_an_archive_or_a_folder_with_archives(tmp_path):
