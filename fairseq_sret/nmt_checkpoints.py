@@ -23,6 +23,7 @@ the newest checkpoint).
 import argparse
 import collections
 import contextlib
+import copy
 import os
 import pickle
 import re
@@ -275,13 +276,23 @@ def average_checkpoints(paths: Sequence) -> dict:
     """Average the ``model`` tensors of the given checkpoints.
 
     Returns the state dict of the newest of them (the most updates; the first one on a
-    tie) with its ``model`` replaced by the mean.
-    Floating tensors are accumulated in float64 and cast back to their dtype; integer
-    tensors get the floor of the mean, as fairseq's averaging script does.
+    tie) with its ``model`` replaced by the mean, which keeps the state dict's metadata (the
+    dictionary fingerprints that loading checks). Floating tensors are accumulated in float64
+    and cast back to their dtype; integer tensors get the floor of the mean, as fairseq's
+    averaging script does. Raises ValueError for a file given twice (it would count twice) and
+    for checkpoints trained with different dictionaries.
     """
     if not paths:
         raise ValueError("no checkpoints to average")
+    seen: Dict[Path, object] = {}
+    for path in paths:
+        resolved = Path(path).resolve()
+        if resolved in seen:
+            also = "" if str(seen[resolved]) == str(path) else f" (also as {seen[resolved]})"
+            raise ValueError(f"{path}: given twice{also}; each checkpoint counts once in the average")
+        seen[resolved] = path
     new_state, newest, keys = None, None, None
+    metadata, metadata_of = None, None
     sums: "collections.OrderedDict[str, torch.Tensor]" = collections.OrderedDict()
     dtypes: Dict[str, torch.dtype] = {}
     for path in paths:
@@ -290,6 +301,14 @@ def average_checkpoints(paths: Sequence) -> dict:
         updates = checkpoint_num_updates(state)
         if new_state is None or (updates is not None and (newest is None or updates > newest)):
             new_state, newest = state, updates
+        fingerprints = _fingerprints(model)
+        if fingerprints:
+            if metadata is None:
+                metadata, metadata_of = copy.deepcopy(model._metadata), (path, fingerprints)
+            elif fingerprints != metadata_of[1]:
+                raise ValueError(
+                    f"{path} was trained with other dictionaries than {metadata_of[0]} ({_describe(fingerprints)}"
+                    f" against {_describe(metadata_of[1])}): checkpoints of different data-bins do not average")
         if keys is None:
             keys = list(model.keys())
         elif set(model.keys()) != set(keys):
@@ -307,8 +326,23 @@ def average_checkpoints(paths: Sequence) -> dict:
     for k, total in sums.items():
         mean = total / n if total.is_floating_point() else torch.div(total, n, rounding_mode="floor")
         averaged[k] = mean.to(dtypes[k])
+    if metadata is not None:
+        averaged._metadata = metadata
     new_state["model"] = averaged
     return new_state
+
+
+def _fingerprints(model_state) -> Dict[str, str]:
+    """The dictionary fingerprints a state dict's metadata records (module prefix -> its
+    ``*_dictionary_fingerprint`` entries); empty for checkpoints that record none."""
+    recorded = getattr(model_state, "_metadata", None) or {}
+    return {f"{prefix}.{key}" if prefix else key: value for prefix, entries in recorded.items()
+            for key, value in (entries or {}).items() if key.endswith("_dictionary_fingerprint")}
+
+
+def _describe(fingerprints: Dict[str, str]) -> str:
+    return ", ".join(f"{key.rsplit('.', 1)[-1].replace('_dictionary_fingerprint', '')} {value}"
+                     for key, value in sorted(fingerprints.items()))
 
 
 def save_checkpoint(state: dict, path) -> Path:

@@ -388,6 +388,9 @@ CASES: List[Case] = [
           "run/checkpoint_best.pt"], "run/checkpoint_best.pt: exists, not made by sret-average-checkpoints",
          setup=lambda f: [transformer_checkpoint(f / "run", name)
                           for name in ("checkpoint1.pt", "checkpoint2.pt", "checkpoint_best.pt")]),
+    Case("average-same-file-twice", "`sret-average-checkpoints --inputs a.pt ./a.pt` (one checkpoint twice)",
+         ["sret-average-checkpoints", "--inputs", "a.pt", "./a.pt", "--output", "avg.pt"],
+         "a.pt: given twice; each checkpoint counts once in the average", setup=lambda f: transformer_checkpoint(f, "a.pt")),
     Case("average-negative", "`sret-average-checkpoints --num-epoch-checkpoints -2`",
          ["sret-average-checkpoints", "--inputs", "run", "--num-epoch-checkpoints", "-2", "--output", "avg.pt"],
          "--num-epoch-checkpoints: must be at least 1, got -2"),

@@ -47,11 +47,31 @@ def test_weights_refuse_a_model_built_for_another_dictionary(tmp_path):
 
 
 def test_weights_without_fingerprints_load_as_before(tmp_path):
-    """Checkpoints saved before the fingerprints were recorded, averages and conversions
-    (plain dicts of tensors) carry none: nothing to check."""
+    """Checkpoints saved before the fingerprints were recorded and conversions (plain dicts of
+    tensors) carry none: nothing to check, averaged or not."""
     trained = build_model("sret_transformer", 12, **TINY)
     other = build_model("sret_transformer", task=other_words(12), **TINY)
     other.load_state_dict(collections.OrderedDict(trained.state_dict()))  # a copy drops the metadata
+    paths = [save_checkpoint({"model": collections.OrderedDict(trained.state_dict()),
+                              "optimizer_history": [{"num_updates": i}]}, tmp_path / f"checkpoint{i}.pt")
+             for i in (1, 2)]
+    other.load_state_dict(average_checkpoints(paths)["model"])
+
+
+def test_an_average_keeps_the_fingerprints_and_refuses_other_dictionaries(tmp_path):
+    trained = build_model("sret_transformer", 12, **TINY)
     paths = [save_checkpoint({"model": trained.state_dict(), "optimizer_history": [{"num_updates": i}]},
                              tmp_path / f"checkpoint{i}.pt") for i in (1, 2)]
-    other.load_state_dict(average_checkpoints(paths)["model"])
+    averaged = average_checkpoints(paths)["model"]
+    build_model("sret_transformer", 12, **TINY).load_state_dict(averaged)  # the same dictionary: fine-tunes
+    with pytest.raises(ValueError, match="is not the one the model was trained with"):
+        build_model("sret_transformer", task=other_words(12), **TINY).load_state_dict(averaged)
+
+    foreign = build_model("sret_transformer", task=other_words(12), **TINY)
+    paths.append(save_checkpoint({"model": foreign.state_dict(), "optimizer_history": [{"num_updates": 3}]},
+                                 tmp_path / "checkpoint3.pt"))
+    with pytest.raises(ValueError, match=r"checkpoint3.pt was trained with other dictionaries than .*checkpoint1.pt"
+                                         r" \(source \w+, target \w+ against source \w+, target \w+\)"):
+        average_checkpoints(paths)
+    with pytest.raises(ValueError, match="checkpoint1.pt: given twice"):
+        average_checkpoints([paths[0], paths[1], tmp_path / "." / "checkpoint1.pt"])
