@@ -9,12 +9,16 @@
 #                builds, which fail to import beside the CPU torch 2.13.0, so the stack takes
 #                the CUDA torch 2.14.1 (it runs on the CPU): about 3.7 GB more disk than the
 #                default environment (docs/vision.md). Upgrades an existing environment in place.
+#   SRET_EXTRAS  the extras of fairseq-sret to install (default: fairseq,test; the fairseq-free
+#                test environment of scripts/run_tests.sh: hf,timm,vision,test)
+#   PYTHON       the interpreter that creates the environment (default: python3)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SRET_VENV:-$repo/.venv}"
 torch_spec="${SRET_TORCH:-torch==2.13.0}"
 timm_stack=(torch==2.14.1 torchvision==0.29.1 timm==1.0.31)
 python="${PYTHON:-python3}"
+extras="${SRET_EXTRAS:-fairseq,test}"
 
 if [ "${SRET_TIMM:-0}" = "1" ]; then
     if [ -n "${SRET_TORCH:-}" ]; then
@@ -51,12 +55,22 @@ if [ "${SRET_TIMM:-0}" = "1" ]; then
     fi
 fi
 
-if "$py" -c "import fairseq_sret, fairseq, sacrebleu, sentencepiece, sacremoses, pytest, xdist, hypothesis, onnxscript, onnxruntime, matplotlib, yaml, transformers, safetensors" 2>/dev/null \
+# what the extras must have installed, by module (fairseq-sret's own commands checked by file)
+modules="fairseq_sret, yaml"
+case ",$extras," in *,fairseq,*) modules="$modules, fairseq, sacrebleu, sentencepiece, sacremoses" ;; esac
+case ",$extras," in *,test,*) modules="$modules, pytest, xdist, hypothesis, onnxscript, onnxruntime, matplotlib, transformers, safetensors" ;; esac
+case ",$extras," in *,hf,*) modules="$modules, transformers, safetensors, sentencepiece" ;; esac
+recorded="$venv/.sret-extras"
+if "$py" -c "import $modules" 2>/dev/null && [ "$(cat "$recorded" 2>/dev/null)" = "$extras" ] \
         && [ -x "$venv/bin/sret-uptrain" ] && [ -x "$venv/bin/sret-export-hf" ] && [ -x "$venv/bin/sret-train-cifar" ] \
         && [ "$("$py" -c 'import fairseq_sret, os; print(os.path.dirname(os.path.dirname(fairseq_sret.__file__)))')" = "$repo" ]; then
-    echo "[setup] fairseq-sret and its dependencies already installed"
+    echo "[setup] fairseq-sret[$extras] and its dependencies already installed"
 else
-    echo "[setup] installing fairseq-sret (editable) with test extras; the first build of fairseq takes ~4 minutes"
-    "$py" -m pip install -q -e "$repo[fairseq,test]"
+    case ",$extras," in
+        *,fairseq,*) echo "[setup] installing fairseq-sret[$extras] (editable); the first build of fairseq takes ~4 minutes" ;;
+        *) echo "[setup] installing fairseq-sret[$extras] (editable)" ;;
+    esac
+    "$py" -m pip install -q -e "$repo[$extras]"
+    echo "$extras" > "$recorded"
 fi
 echo "[setup] environment ready: $venv"
