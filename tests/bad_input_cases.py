@@ -735,7 +735,7 @@ wrong moment leaves a part of a file; the fixes are in place before the tests ra
   shows it: a hard link to the target sees the new content), so a kill during the copy leaves
   a truncated `checkpoint_last.pt` (the run cannot resume) or `checkpoint_best.pt` (the best
   model is lost). The `atomic_checkpoint_copy` patch
-  (`fairseq_sret/fairseq_patches.py`) copies to a temporary file and renames it.
+  (`fairseq_sret/fairseq_patches/`) copies to a temporary file and renames it.
 - `sret-experiments` wrote its results JSON and markdown in place: a kill mid-write
   truncates the file that records every finished run. Both are now written to a synced
   temporary file and renamed, as the run records already were; a damaged results file is

@@ -17,9 +17,10 @@ import pytest
 
 pytest.importorskip("fairseq")
 
-
-from conftest import REPO
-from fairseq_sret import fairseq_patches
+import torch  # noqa: E402
+from conftest import REPO  # noqa: E402
+from fairseq import checkpoint_utils  # noqa: E402
+from fairseq_sret import fairseq_patches  # noqa: E402
 
 
 def unwritable_temp_folder(monkeypatch, tmp_path):
@@ -31,18 +32,18 @@ def full_disk(monkeypatch, tmp_path):
     def save(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(fairseq_patches.torch, "save", save)
+    monkeypatch.setattr(torch, "save", save)
 
 
 @pytest.mark.parametrize("failure", [unwritable_temp_folder, full_disk])
 def test_a_probe_that_cannot_write_its_file_applies_the_patch(failure, monkeypatch, tmp_path, caplog):
-    loader = fairseq_patches.checkpoint_utils.load_checkpoint_to_cpu
+    loader = checkpoint_utils.load_checkpoint_to_cpu
     unpatched = getattr(loader, "__wrapped__", loader)  # fairseq's own loader, without our patch
     installed = []
     stand_in = fairseq_patches.Patch(
         "checkpoint_loading", "probe on fairseq's own loader",
         functools.partial(fairseq_patches.fairseq_loader_fails_on_own_checkpoints, unpatched),
-        lambda: installed.append("checkpoint_loading"),
+        lambda installation: installed.append("checkpoint_loading"),
     )
     monkeypatch.setattr(fairseq_patches, "PATCHES", (stand_in,))
     monkeypatch.setattr(fairseq_patches, "APPLIED", {})
@@ -56,7 +57,7 @@ def test_a_probe_that_cannot_write_its_file_applies_the_patch(failure, monkeypat
 
 def test_a_probe_that_runs_decides(monkeypatch):
     installed = []
-    healthy = fairseq_patches.Patch("healthy", "none", lambda: False, lambda: installed.append("healthy"))
+    healthy = fairseq_patches.Patch("healthy", "none", lambda: False, lambda installation: installed.append("healthy"))
     monkeypatch.setattr(fairseq_patches, "PATCHES", (healthy,))
     monkeypatch.setattr(fairseq_patches, "APPLIED", {})
     assert fairseq_patches.apply_patches() == {"healthy": "not needed"}
@@ -68,7 +69,7 @@ def recording_patches(monkeypatch, *probes):
     installed = []
     patches = tuple(
         fairseq_patches.Patch(name, f"defect {name}", lambda found=found: found,
-                              lambda name=name: installed.append(name))
+                              lambda installation, name=name: installed.append(name))
         for name, found in zip("abc", probes)
     )
     monkeypatch.setattr(fairseq_patches, "PATCHES", patches)
@@ -139,3 +140,52 @@ def test_every_patch_has_a_row_in_the_docs_table():
     table = (REPO / "docs" / "fairseq_patches.md").read_text()
     rows = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
     assert rows and sorted(rows) == sorted(p.name for p in fairseq_patches.PATCHES)
+
+
+def test_patches_that_wrap_one_function_say_which_wraps_the_other():
+    fairseq_patches.check_order(fairseq_patches.PATCHES)
+    shared = [(a.name, b.name) for i, a in enumerate(fairseq_patches.PATCHES)
+              for b in fairseq_patches.PATCHES[i + 1:] if set(a.replaces) & set(b.replaces)]
+    assert shared == [("model_override_names", "checkpoint_loading"), ("finished_run", "patience_resume"),
+                      ("patience_resume", "best_checkpoint_resume")]
+
+    def stand_in(name, replaces, after=()):
+        return fairseq_patches.Patch(name, "", lambda: True, lambda installation: None, replaces=replaces, after=after)
+
+    with pytest.raises(ValueError, match="a and b both replace \\['m.f'\\]; b.after must name a"):
+        fairseq_patches.check_order((stand_in("a", ("m.f",)), stand_in("b", ("m.f",))))
+    with pytest.raises(ValueError, match="b must come after a"):
+        fairseq_patches.check_order((stand_in("b", ("m.f",), after=("a",)), stand_in("a", ("m.f",))))
+
+
+def test_removing_the_patches_leaves_fairseq_as_it_was_and_they_apply_again():
+    """Run in a fresh interpreter: fairseq's own functions before the import, after removing
+    every patch (the same objects), and patched again."""
+    code = """
+import json
+from fairseq import checkpoint_utils, trainer
+from fairseq.data import data_utils, iterators
+import fairseq_cli.train
+def state():
+    return [checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_checkpoint, checkpoint_utils.save_checkpoint,
+            checkpoint_utils.PathManager, data_utils.batch_by_size, iterators.BackgroundConsumer, trainer.Trainer,
+            trainer.Trainer.load_checkpoint, fairseq_cli.train.train, fairseq_cli.train.Trainer]
+own = state()
+import fairseq_sret.models
+from fairseq_sret import fairseq_patches
+patched = state()
+with fairseq_patches.patches_removed():
+    inside = state()
+    applied_inside = dict(fairseq_patches.APPLIED)
+again = state()
+print(json.dumps({"changed": [a is not b for a, b in zip(own, patched)], "restored": [a is b for a, b in zip(own, inside)],
+                  "applied_inside": applied_inside, "applied_again": sorted(set(fairseq_patches.APPLIED.values())),
+                  "same_kind_again": [type(a) is type(b) for a, b in zip(patched, again)]}))
+"""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop(fairseq_patches.PATCHES_ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert all(result["changed"]) and all(result["restored"]) and all(result["same_kind_again"]), result
+    assert result["applied_inside"] == {} and result["applied_again"] == ["applied"]

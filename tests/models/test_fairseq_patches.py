@@ -124,8 +124,11 @@ def test_a_finished_run_started_again_keeps_its_checkpoint(launcher, tmp_path):
 
 
 def test_cpu_bf16_generation_defect_without_the_patch():
-    prepare = fairseq_patches.BaseFairseqModel.prepare_for_inference_
-    inference_step = fairseq_patches.FairseqTask.inference_step
+    from fairseq.models.fairseq_model import BaseFairseqModel
+    from fairseq.tasks.fairseq_task import FairseqTask
+
+    prepare = BaseFairseqModel.prepare_for_inference_
+    inference_step = FairseqTask.inference_step
     assert fairseq_patches.fairseq_ignores_bf16_in_generation(prepare.__wrapped__, inference_step)
     assert not fairseq_patches.fairseq_ignores_bf16_in_generation(prepare, inference_step)
 
