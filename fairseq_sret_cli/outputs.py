@@ -307,11 +307,14 @@ class Busy(UsageError):
 
 
 @contextlib.contextmanager
-def exclusive(folder, command: str) -> Iterator[Path]:
+def exclusive(folder, command: str, remove: bool = False) -> Iterator[Path]:
     """Hold ``folder/.sret-lock`` (an advisory ``flock``, released when the process ends, also
     by a kill) while the block runs; raise :class:`Busy` naming the holder when another
-    process has it."""
+    process has it. ``remove``: delete the lock file when the block ends (still holding the
+    lock), and the folder if the block made it and left it empty: for a folder whose files are
+    the user's results."""
     folder = Path(folder)
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / ".sret-lock"
     handle = open(path, "a+", encoding="utf-8")
@@ -327,6 +330,12 @@ def exclusive(folder, command: str) -> Iterator[Path]:
         handle.truncate()
         handle.write(f"{command} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         handle.flush()
-        yield path
+        try:
+            yield path
+        finally:
+            if remove:
+                path.unlink(missing_ok=True)
+                if made and not any(folder.iterdir()):
+                    folder.rmdir()
     finally:
         handle.close()

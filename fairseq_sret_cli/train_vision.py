@@ -29,6 +29,7 @@ which sees the same augmented crop as the student (``--teacher``).
 """
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -44,7 +45,7 @@ from fairseq_sret.vision import create_model, load_checkpoint
 from .image_folder import EvalTransform, ImageFolder, TrainTransform
 from .vision_training import TrainConfig, autocast_settings, evaluate, train
 from . import HelpFormatter, UsageError, UserError, at_least, in_range, user_errors
-from .outputs import OutputInTheWay, Outputs
+from .outputs import OutputInTheWay, Outputs, exclusive
 from fairseq_sret import json_text
 
 
@@ -178,10 +179,12 @@ def check_options(args, parser) -> bool:
     return training
 
 
-def check_run_folder(args, outputs: Outputs) -> None:
+def check_run_folder(args, outputs: Outputs) -> bool:
     """A folder that holds a run is continued only with ``--resume OUTPUT/checkpoint_last.pt``
     (else its trained model would be replaced by an untrained one and its log get a second
-    history) or started over with ``--force``."""
+    history) or started over with ``--force``. Returns whether the run starts over: its old log
+    is removed only when the new run starts training (:func:`run`), so a start that fails
+    leaves the old run as it was."""
     out = Path(args.output)
     outputs.check([], folders=[out])
     present = [name for name in RUN_FILES if (out / name).exists()]
@@ -192,7 +195,8 @@ def check_run_folder(args, outputs: Outputs) -> None:
             raise OutputInTheWay(
                 f"{out} holds a run ({', '.join(present)}): continue it with --resume {last}, give another --output,"
                 f" or pass --force to start over (replaces {', '.join(present)}; nothing else is touched)")
-        (out / "log.jsonl").unlink(missing_ok=True)  # a new run, a new log
+        return True
+    return False
 
 
 def load_weights(model, path, model_name: str, strict: bool = True, classes=None) -> None:
@@ -215,10 +219,17 @@ def load_weights(model, path, model_name: str, strict: bool = True, classes=None
 
 
 def run(argv=None) -> dict:
-    """Parse ``argv`` and train, evaluate or dump logits; returns the last statistics."""
+    """Parse ``argv`` and train, evaluate or dump logits; returns the last statistics. One
+    training at a time holds its ``--output`` (a lock, from the start of training until it
+    ends): a second one into the same folder is refused instead of interleaving the two runs'
+    files."""
     parser = get_parser()
     args = parser.parse_args(argv)
     training = check_options(args, parser)
+    return _run(args, parser, training)
+
+
+def _run(args, parser, training: bool) -> dict:
     logging.getLogger("PIL").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
     device = resolve_device(args.device)
     # a logits file and a run's files are different outputs: neither may replace the other
@@ -228,8 +239,7 @@ def run(argv=None) -> dict:
                               args.teacher_checkpoint])
     if args.dump_logits:
         outputs.check([args.dump_logits])
-    if training and args.output:
-        check_run_folder(args, outputs)
+    start_over = training and args.output and check_run_folder(args, outputs)
     torch.manual_seed(args.seed)
     amp = autocast_settings(device, args.amp)
     train_dir, val_dir = os.path.join(args.data, "train"), os.path.join(args.data, "val")
@@ -302,12 +312,15 @@ def run(argv=None) -> dict:
         max_steps_per_epoch=args.max_steps_per_epoch, log_interval=args.log_interval,
     )
     try:
-        stats = train(
-            model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
-            teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
-            checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs, "classes": classes},
-            options=vars(args),
-        )
+        with exclusive(args.output, "sret-train-vision", remove=True) if args.output else contextlib.nullcontext():
+            if start_over:  # everything is in place: the new run starts, with a new log
+                (Path(args.output) / "log.jsonl").unlink(missing_ok=True)
+            stats = train(
+                model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
+                teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
+                checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs, "classes": classes},
+                options=vars(args),
+            )
     except FloatingPointError as exc:
         last = Path(args.output or "") / "checkpoint_last.pt"
         again = f"; resume from {last} (the last finished epoch)" if args.output and last.is_file() else ""

@@ -274,3 +274,30 @@ def test_dump_logits_does_not_replace_a_trained_model(image_folder, tmp_path):
     logits = tmp_path / "teacher.pt"
     for _ in range(2):
         script.run(common(image_folder, checkpoint=first / "checkpoint_last.pt", dump_logits=logits))
+
+
+def test_one_training_at_a_time_per_output_and_force_replaces_only_once_the_new_run_starts(image_folder, tmp_path):
+    from fairseq_sret_cli.outputs import Busy, exclusive
+
+    script = load_script()
+    out = tmp_path / "run"
+    script.run(common(image_folder, epochs=1, output=out))
+    before = {name: (out / name).read_bytes() for name in script.RUN_FILES}
+    # another training holds the folder: a second one is refused, nothing of the first is touched
+    with exclusive(out, "sret-train-vision"):
+        with pytest.raises(Busy, match="in use by sret-train-vision"):
+            script.run(common(image_folder, epochs=1, output=out, force=True, seed=3))
+    assert {name: (out / name).read_bytes() for name in script.RUN_FILES} == before
+    # --force whose new run cannot start (a checkpoint of another model): the old run stays whole
+    other = tmp_path / "other.pt"
+    from fairseq_sret.vision import create_model
+    from fairseq_sret.vision.weights import save_checkpoint
+
+    save_checkpoint(create_model("sret_ext", num_classes=2, img_size=32), other)
+    with pytest.raises(UserError, match="do not fit this SReT"):
+        script.run(common(image_folder, epochs=1, output=out, force=True, checkpoint=other))
+    assert {name: (out / name).read_bytes() for name in script.RUN_FILES} == before
+    # --force whose run starts: a new log with the new run's epoch only
+    script.run(common(image_folder, epochs=1, output=out, force=True, seed=3))
+    lines = (out / "log.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and (out / "log.jsonl").read_bytes() != before["log.jsonl"]
