@@ -20,6 +20,37 @@ from .outputs import Outputs
 from fairseq_sret import json_text
 
 
+#: fairseq-generate options that sret-evaluate sets itself, or that would make its report describe
+#: another model, data or search than the one that ran: refused in --generate-args, with what to
+#: give instead. Other options pass through and are recorded in the report.
+OWN_GENERATE_OPTIONS = {
+    "--path": "give --checkpoint", "--beam": "give --beam", "--lenpen": "give --lenpen",
+    "--gen-subset": "give --subset", "--max-tokens": "give --max-tokens", "--batch-size": "give --batch-size",
+    "--max-sentences": "give --batch-size", "--cpu": "give --cpu", "--results-path": "give --output-dir",
+    "--post-process": "the score post-processes the pieces itself", "--remove-bpe": "the score post-processes the"
+    " pieces itself", "--source-lang": "the data-bin's pair is used", "--target-lang": "the data-bin's pair is used",
+    "--user-dir": "sret-evaluate loads the plugin itself",
+}
+
+
+def refused_generate_args(tokens) -> str:
+    """Why ``tokens`` (the split ``--generate-args``) cannot pass to fairseq-generate, or "" if
+    they can: an option of :data:`OWN_GENERATE_OPTIONS`, also abbreviated (argparse takes a
+    unique prefix) or as ``--option=value``; ``-s``/``-t``; a positional (another data-bin)."""
+    for i, token in enumerate(tokens):
+        name = token.split("=", 1)[0]
+        if name in ("-s", "-t"):
+            return f"{token} chooses a language pair; the data-bin's pair is used"
+        if name.startswith("--") and len(name) > 3:
+            for option, instead in OWN_GENERATE_OPTIONS.items():
+                if option.startswith(name):
+                    given = option if name == option else f"{token} (that is {option})"
+                    return f"{given} is set by sret-evaluate itself: {instead}"
+        elif not token.startswith("-") and (i == 0 or not tokens[i - 1].startswith("-")):
+            return f"{token!r} is not an option (the data-bin is --data; options take one value each)"
+    return ""
+
+
 @user_errors("sret-evaluate")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sret-evaluate", description=__doc__, formatter_class=HelpFormatter)
@@ -48,6 +79,13 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--verbose", action="store_true", help="show fairseq-generate's log")
     args = p.parse_args(argv)
+    try:
+        generate_args = shlex.split(args.generate_args)
+    except ValueError as exc:
+        p.error(f"--generate-args {args.generate_args!r}: {exc}")
+    refused = refused_generate_args(generate_args)
+    if refused:
+        p.error(f"--generate-args: {refused}")
     if args.generate_output is not None:
         for name in ("average_last", "by_update", "batch_size", "generate_args", "cpu"):
             if getattr(args, name) not in (None, False, ""):
@@ -86,7 +124,7 @@ def main(argv=None) -> int:
     report = evaluate(
         args.data, checkpoint=checkpoint, subset=args.subset, output_dir=output_dir,
         generate_output=args.generate_output, beam=beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
-        batch_size=args.batch_size, cpu=args.cpu, extra_args=shlex.split(args.generate_args), verbose=args.verbose,
+        batch_size=args.batch_size, cpu=args.cpu, extra_args=generate_args, verbose=args.verbose,
     )
     outputs.record(*written)
     print(json_text.dumps(report, indent=2, ensure_ascii=False) if args.json else format_report(report))
