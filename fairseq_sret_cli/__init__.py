@@ -64,7 +64,8 @@ INTERRUPTED = "interrupted; nothing was left half-written (outputs are replaced 
 def user_errors(prog: str, interrupted: str = INTERRUPTED):
     """Decorate a command's ``main``: a user's mistake prints one line, ``PROG: error: ...``,
     and returns 1 (2 for a :class:`UsageError`) instead of a traceback; Ctrl-C prints
-    ``PROG: interrupted...`` (``interrupted``: what to do next) and returns 130.
+    ``PROG: interrupted...`` (``interrupted``: what to do next) and returns 130, SIGTERM the
+    same and 143, after the command's clean-up ran.
 
     Mistakes are :class:`UserError`, files that are missing, unreadable or in the way
     (``OSError``), values that do not fit (``ValueError``, which covers text that is not
@@ -74,14 +75,20 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
     traceback instead (``0``, ``false``, ``no``, ``off`` or empty do not).
     """
     import functools
-    import os
+    import signal
     import sys
+    import threading
 
     def decorate(main):
         @functools.wraps(main)
         def wrapper(*args, **kwargs):
             from fairseq_sret.nmt_checkpoints import CorruptCheckpointError, UnsafeCheckpointError
 
+            # SIGTERM (kill, a scheduler, a runner stopping its children) as Ctrl-C: the command's
+            # clean-up runs (staging folders, temporary files, children) instead of an abrupt end
+            previous = None
+            if threading.current_thread() is threading.main_thread():
+                previous = signal.signal(signal.SIGTERM, _terminated)
             try:
                 return main(*args, **kwargs)
             except (UserError, OSError, ValueError, KeyError, CorruptCheckpointError, UnsafeCheckpointError) as exc:
@@ -97,15 +104,27 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
                     raise
                 print(f"{prog}: error: {message}", file=sys.stderr)
                 return 1
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 if tracebacks_wanted():
                     raise
                 print(f"\n{prog}: {interrupted}", file=sys.stderr)
-                return 130
+                return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
 
         return wrapper
 
     return decorate
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, which :func:`user_errors` turns into this so that it ends a command as Ctrl-C
+    does (exit 143 instead of 130)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated(f"signal {signum}")
 
 
 def tracebacks_wanted() -> bool:

@@ -25,3 +25,44 @@ def test_sret_traceback_shows_the_traceback(monkeypatch, value):
     monkeypatch.setenv("SRET_TRACEBACK", value)
     with pytest.raises(UserError, match="the input is wrong"):
         failing_main()
+
+
+STAGING_COMMAND = """
+import os, shutil, sys, time
+from pathlib import Path
+from fairseq_sret_cli import user_errors
+
+@user_errors("sret-example")
+def main(out):
+    staging = Path(out) / f".sret-example.{os.getpid()}"
+    staging.mkdir(parents=True)
+    try:
+        (staging / "part.txt").write_text("half")
+        print("staged", flush=True)
+        time.sleep(60)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return 0
+
+sys.exit(main(sys.argv[1]))
+"""
+
+
+def test_sigterm_ends_a_command_as_ctrl_c_after_its_clean_up(tmp_path):
+    """``kill`` (SIGTERM) once left the staging folders of sret-prepare and sret-evaluate
+    behind: a command now cleans up, prints its one interrupted line and exits 143."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    process = subprocess.Popen([sys.executable, "-c", STAGING_COMMAND, str(tmp_path)], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "staged"
+    assert [p.name.split(".")[1] for p in tmp_path.iterdir()] == ["sret-example"]
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143
+    assert stderr.strip().splitlines()[-1].startswith("sret-example: interrupted") and "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []
