@@ -82,7 +82,7 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
     def decorate(main):
         @functools.wraps(main)
         def wrapper(*args, **kwargs):
-            from fairseq_sret.nmt_checkpoints import CorruptCheckpointError, UnsafeCheckpointError
+            from fairseq_sret.checkpoints import CorruptCheckpointError, UnsafeCheckpointError
 
             # SIGTERM (kill, a scheduler, a runner stopping its children) as Ctrl-C: the command's
             # clean-up runs (staging folders, temporary files, children) instead of an abrupt end

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="replace an output file this command did not make")
     args = p.parse_args(argv)
 
-    from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints
+    from fairseq_sret.checkpoints import average_checkpoints, last_n_checkpoints
 
     from .outputs import Outputs
 

@@ -97,7 +97,7 @@ def main(argv=None) -> int:
 
     checkpoint, beam = args.checkpoint, args.beam if args.beam is not None or args.generate_output else 5
     if args.checkpoint_dir:
-        from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints
+        from fairseq_sret.checkpoints import average_checkpoints, last_n_checkpoints
 
         run_dir = Path(args.checkpoint_dir)
         if args.average_last and args.average_last > 1:

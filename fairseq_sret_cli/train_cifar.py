@@ -44,7 +44,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from fairseq_sret.core.depth import DepthControl
 from fairseq_sret.core.mixed_depth import check_mixed_depth, mixed_depth_loss, parse_mixed_depth
-from fairseq_sret.nmt_checkpoints import load_checkpoint as load_checkpoint_file
+from fairseq_sret.checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision import create_model
 from fairseq_sret.vision.registry import get_pretrained_cfg
 from fairseq_sret.vision.complexity import count_macs, count_params

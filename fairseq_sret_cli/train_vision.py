@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 
 from fairseq_sret.core.depth import DepthControl
 from fairseq_sret.core.mixed_depth import check_mixed_depth, parse_mixed_depth
-from fairseq_sret.nmt_checkpoints import load_checkpoint as load_checkpoint_file
+from fairseq_sret.checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision import create_model, load_checkpoint
 from .image_folder import EvalTransform, ImageFolder, TrainTransform
 from .vision_training import TrainConfig, autocast_settings, evaluate, train

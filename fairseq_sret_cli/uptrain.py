@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     outputs.check([args.output])
 
     from fairseq_sret.conversion.uptrain import uptrain_checkpoint
-    from fairseq_sret.nmt_checkpoints import load_checkpoint
+    from fairseq_sret.checkpoints import load_checkpoint
 
     state = load_checkpoint(args.input)
     try:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fairseq_sret.core.mixed_depth import DepthTerm, mixed_depth_loss
-from fairseq_sret.nmt_checkpoints import load_checkpoint as load_checkpoint_file
+from fairseq_sret.checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision.losses import soft_distillation_loss
 from fairseq_sret.vision.weights import save_checkpoint
 from fairseq_sret import json_text
@@ -141,7 +141,7 @@ def train(
     in dataset order): soft distillation without the one-hot label. ``depth_terms``: mixed
     depth (:func:`fairseq_sret.core.mixed_depth.mixed_depth_loss`). ``resume``: a
     ``checkpoint_last.pt``, read through the checkpoint allow-list
-    (:func:`fairseq_sret.nmt_checkpoints.load_checkpoint`). ``checkpoint_extra`` is saved in
+    (:func:`fairseq_sret.checkpoints.load_checkpoint`). ``checkpoint_extra`` is saved in
     both checkpoints (e.g. the model's name and arguments), ``options`` in
     ``checkpoint_last.pt`` as ``args``.
     """

@@ -65,7 +65,7 @@ def transformer_checkpoint(folder: Path, name: str = "transformer.pt", layers: i
     sys.path.insert(0, str(REPO / "tests"))
     import torch
 
-    from fairseq_sret.nmt_checkpoints import save_checkpoint
+    from fairseq_sret.checkpoints import save_checkpoint
     from fairseq_sret_cli.toy import architecture_args
     from nmt_helpers import SMALL, build
 

@@ -25,7 +25,7 @@ def test_the_library_imports_and_runs_without_fairseq():
     pytest.importorskip("transformers")
     done = python("""
         import torch
-        import fairseq_sret, fairseq_sret.core, fairseq_sret.vision, fairseq_sret.hf, fairseq_sret.nmt_checkpoints
+        import fairseq_sret, fairseq_sret.core, fairseq_sret.vision, fairseq_sret.hf, fairseq_sret.checkpoints
         from fairseq_sret.vision import create_model
         model = create_model("sret_cifar", num_classes=10).eval()
         assert model(torch.zeros(1, 3, 32, 32)).shape == (1, 10)

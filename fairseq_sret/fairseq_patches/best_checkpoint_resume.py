@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 from fairseq import checkpoint_utils
 
-from ..nmt_checkpoints import load_checkpoint as read_checkpoint
+from ..checkpoints import load_checkpoint as read_checkpoint
 from .patience_resume import patience_state, set_patience_state
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 ``torch.load`` with torch's default ``weights_only=True`` (torch >= 2.6), which refuses the
 ``argparse.Namespace`` every fairseq checkpoint holds; and on a damaged or unsafe file it
 surfaces torch's unpickling error, which names neither the file nor the cause. Patched: the
-load runs under :func:`fairseq_sret.nmt_checkpoints.allowed_checkpoint_globals` (the one
+load runs under :func:`fairseq_sret.checkpoints.allowed_checkpoint_globals` (the one
 allow-list policy), and failures raise ``CorruptCheckpointError`` or ``UnsafeCheckpointError``
 naming the file.
 """
@@ -15,7 +15,7 @@ import tempfile
 import torch
 from fairseq import checkpoint_utils
 
-from ..nmt_checkpoints import allowed_checkpoint_globals, check_checkpoint_file, clear_load_error, not_a_fairseq_checkpoint
+from ..checkpoints import allowed_checkpoint_globals, check_checkpoint_file, clear_load_error, not_a_fairseq_checkpoint
 
 
 def _clear_loading(load):

@@ -11,7 +11,7 @@ Auto classes and the pipeline task ``sret-translation``, so a folder written by
 
 or with ``AutoModelForSeq2SeqLM.from_pretrained(dir)`` / ``AutoTokenizer.from_pretrained(dir)``
 and ``model.generate()``. Nothing here imports fairseq; :mod:`fairseq_sret.hf.convert` reads
-fairseq checkpoints with :mod:`fairseq_sret.nmt_checkpoints`.
+fairseq checkpoints with :mod:`fairseq_sret.checkpoints`.
 """
 
 try:

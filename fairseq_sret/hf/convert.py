@@ -1,6 +1,6 @@
 """fairseq ``sret_transformer`` checkpoints -> transformers model folders (``sret-export-hf``).
 
-Reads the checkpoint with :mod:`fairseq_sret.nmt_checkpoints` (safe loading, clear errors for
+Reads the checkpoint with :mod:`fairseq_sret.checkpoints` (safe loading, clear errors for
 damaged files) and the run's data-bin (``spm.model`` and fairseq's ``dict.<lang>.txt``), and
 writes a folder that ``from_pretrained`` loads after ``import fairseq_sret.hf``:
 
@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 from torch import Tensor
 
 from .. import __version__
-from ..nmt_checkpoints import load_checkpoint
+from ..checkpoints import load_checkpoint
 from .configuration import SReTConfig
 from .tokenization import read_fairseq_dictionary
 from .. import json_text

@@ -31,9 +31,9 @@ from typing import Dict, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from ..nmt_checkpoints import load_checkpoint as read_safely
-from ..nmt_checkpoints import mismatch_summary
-from ..nmt_checkpoints import save_checkpoint as write_atomically
+from ..checkpoints import load_checkpoint as read_safely
+from ..checkpoints import mismatch_summary
+from ..checkpoints import save_checkpoint as write_atomically
 from .sret import SReT, resize_pos_embed
 
 _BLOCK_NAMES = {
@@ -200,5 +200,5 @@ def _mismatch(saved: Mapping[str, Tensor], own: Mapping[str, Tensor]) -> str:
 
 def save_checkpoint(model: nn.Module, path, extra: Optional[dict] = None) -> None:
     """Save ``{'model': state_dict, **extra}`` (the layout :func:`load_checkpoint` reads),
-    replacing ``path`` atomically (:func:`fairseq_sret.nmt_checkpoints.save_checkpoint`)."""
+    replacing ``path`` atomically (:func:`fairseq_sret.checkpoints.save_checkpoint`)."""
     write_atomically({"model": model.state_dict(), **(extra or {})}, path)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_sret.nmt_checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
+from fairseq_sret.checkpoints import checkpoint_epoch, checkpoint_num_updates, load_checkpoint
 
 from .. import pyplot
 

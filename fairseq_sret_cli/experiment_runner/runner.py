@@ -738,7 +738,7 @@ def model_facts(checkpoint) -> dict:
     Tied tensors (shared embeddings) are stored once in the file and counted once, as are
     shared layers (they are one set of parameters); buffers are not counted.
     """
-    from fairseq_sret.nmt_checkpoints import load_checkpoint
+    from fairseq_sret.checkpoints import load_checkpoint
 
     state = load_checkpoint(checkpoint)
     seen, params = set(), 0
@@ -765,7 +765,7 @@ def _checkpoint_for(kind: str, paths: RunPaths, train: Optional[dict] = None) ->
     ``train``: the run's summary; a run trained past the epoch at which ``--patience`` stops it
     is read as of that epoch: ``best`` its best epoch's checkpoint, ``lastN`` the N epoch
     checkpoints ending there, ``last`` that epoch's."""
-    from fairseq_sret.nmt_checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
+    from fairseq_sret.checkpoints import average_checkpoints, last_n_checkpoints, save_checkpoint
 
     until = (train or {}).get("stopped_at_epoch") if (train or {}).get("epochs_trained") else None
     if until is not None and kind in ("best", "last"):

@@ -1,4 +1,4 @@
-"""Checkpoint averaging (fairseq_sret.nmt_checkpoints, sret-average-checkpoints) on synthetic
+"""Checkpoint averaging (fairseq_sret.checkpoints, sret-average-checkpoints) on synthetic
 fairseq-style checkpoints."""
 
 import argparse
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_sret.nmt_checkpoints import (
+from fairseq_sret.checkpoints import (
     average_checkpoints, checkpoint_num_updates, last_n_checkpoints, load_checkpoint, save_checkpoint,
 )
 

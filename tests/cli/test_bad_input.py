@@ -23,7 +23,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
 from cli_helpers import SRET, TRAIN, USER_DIR, command, preprocess, run_parallel, write_corpus
-from fairseq_sret.nmt_checkpoints import CorruptCheckpointError, check_checkpoint_file
+from fairseq_sret.checkpoints import CorruptCheckpointError, check_checkpoint_file
 from nmt_helpers import SMALL, DummyTask, build
 
 INVALID = [
@@ -235,7 +235,7 @@ def test_fairseq_generate_on_a_truncated_checkpoint(cli):
     code, log = cli["results"]["generate truncated"]
     assert code != 0
     last = log.strip().splitlines()[-1]
-    assert last.startswith("fairseq_sret.nmt_checkpoints.CorruptCheckpointError"), last
+    assert last.startswith("fairseq_sret.checkpoints.CorruptCheckpointError"), last
     assert f"checkpoint file {cli['truncated']} is truncated or corrupted" in last
     for noise in ("Unpickl", "weights_only", "During handling of the above exception", "PytorchStreamReader"):
         assert noise not in log, noise

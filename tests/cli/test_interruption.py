@@ -23,7 +23,7 @@ pytest.importorskip("fairseq")
 
 from cli_helpers import ENV, REPO, SRET, command, preprocess, write_corpus
 from fairseq_sret.fairseq_patches import AtomicCopyPathManager, checkpoints_copied_in_place
-from fairseq_sret.nmt_checkpoints import checkpoint_num_updates, load_checkpoint
+from fairseq_sret.checkpoints import checkpoint_num_updates, load_checkpoint
 
 MAX_UPDATE = 100
 TRAIN = [

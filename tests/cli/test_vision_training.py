@@ -170,7 +170,7 @@ class RunsACommand:
 
 
 def test_resume_refuses_a_checkpoint_that_would_run_code(image_folder, tmp_path):
-    from fairseq_sret.nmt_checkpoints import UnsafeCheckpointError
+    from fairseq_sret.checkpoints import UnsafeCheckpointError
 
     script = load_script()
     out = tmp_path / "run"

@@ -75,7 +75,7 @@ def test_train_mixed_depth_then_generate_at_every_depth(tmp_path):
     assert translate(full) == depth1[:5]
 
     # a checkpoint saved before the trained count was recorded: a clear error, then its fix
-    from fairseq_sret.nmt_checkpoints import load_checkpoint
+    from fairseq_sret.checkpoints import load_checkpoint
 
     state = load_checkpoint(checkpoint)
     for side in ("encoder", "decoder"):

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("fairseq")
 
-from fairseq_sret.nmt_checkpoints import average_checkpoints, load_checkpoint, save_checkpoint
+from fairseq_sret.checkpoints import average_checkpoints, load_checkpoint, save_checkpoint
 from fairseq_sret_cli.toy import ToyTask, build_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")

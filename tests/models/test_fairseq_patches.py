@@ -25,7 +25,7 @@ from fairseq.models import distributed_fairseq_model
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from fairseq_sret import fairseq_patches
 from omegaconf import OmegaConf
-from fairseq_sret.nmt_checkpoints import CorruptCheckpointError, load_checkpoint
+from fairseq_sret.checkpoints import CorruptCheckpointError, load_checkpoint
 
 from cli_helpers import ENV, SRET, TRAIN, USER_DIR, preprocess, run, write_corpus
 from nmt_helpers import SMALL, build
@@ -85,7 +85,7 @@ def test_cpu_ddp_defect_without_the_patch(monkeypatch):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("module", ["fairseq_sret", "fairseq_sret.core", "fairseq_sret.vision", "fairseq_sret.nmt_checkpoints"])
+@pytest.mark.parametrize("module", ["fairseq_sret", "fairseq_sret.core", "fairseq_sret.vision", "fairseq_sret.checkpoints"])
 def test_pure_pytorch_parts_import_neither_fairseq_nor_its_patches(module):
     code = (
         f"import sys; import {module}; "

@@ -186,7 +186,7 @@ def test_training_options_that_act_on_the_parameters(tmp_path, model):
         text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert '"valid_bleu"' in result.stdout or "| bleu " in result.stdout, result.stdout[-2000:]
-    from fairseq_sret.nmt_checkpoints import load_checkpoint
+    from fairseq_sret.checkpoints import load_checkpoint
 
     state = load_checkpoint(tmp_path / "ckpt" / "checkpoint_last.pt")
     ema = state["extra_state"]["ema"]

@@ -173,7 +173,7 @@ def test_fairseq_hydra_train_then_generate(tmp_path):
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     checkpoint = tmp_path / "ckpt" / "checkpoint_last.pt"  # relative to the launch directory
     assert "num_updates 4" in train.stdout + train.stderr and (tmp_path / "ckpt" / "hydra_train.log").exists()
-    from fairseq_sret.nmt_checkpoints import load_checkpoint
+    from fairseq_sret.checkpoints import load_checkpoint
 
     model_cfg = load_checkpoint(checkpoint)["cfg"]["model"]
     assert (model_cfg["decoder_recursions"], model_cfg["encoder_groups"], model_cfg["nll_ratio"]) == (3, "2,1", 0.25)

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from ...core import SReTLayerSpec, fold_lrc
 from ...core.depth import DepthControl
 from ...core.mixed_depth import check_depth_options
-from ...nmt_checkpoints import mismatch_summary
+from ...checkpoints import mismatch_summary
 from .dictionaries import DICTIONARY_FINGERPRINTS, check_dictionaries
 from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer

@@ -61,8 +61,8 @@ def test_a_cut_run_is_evaluated_as_of_its_stopping_epoch(tmp_path, monkeypatch):
     for epoch in range(1, 13):
         (paths.checkpoints / f"checkpoint{epoch}.pt").write_text(str(epoch))
     averaged = []
-    monkeypatch.setattr("fairseq_sret.nmt_checkpoints.average_checkpoints", lambda files: [p.name for p in files])
-    monkeypatch.setattr("fairseq_sret.nmt_checkpoints.save_checkpoint",
+    monkeypatch.setattr("fairseq_sret.checkpoints.average_checkpoints", lambda files: [p.name for p in files])
+    monkeypatch.setattr("fairseq_sret.checkpoints.save_checkpoint",
                         lambda names, target: (averaged.append(names), target.write_text("avg")))
     train = {"best_epoch": 7, "stopped_at_epoch": 10, "epochs_trained": 12}
     assert runner._checkpoint_for("best", paths, train).name == "checkpoint7.pt"

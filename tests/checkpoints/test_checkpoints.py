@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from fairseq_sret.nmt_checkpoints import (
+from fairseq_sret.checkpoints import (
     CorruptCheckpointError,
     UnsafeCheckpointError,
     load_checkpoint,
