@@ -50,7 +50,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from fairseq_sret import json_text
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE_FLAGS = {"transformer_iwslt_de_en": ["--encoder-normalize-before", "--decoder-normalize-before"],
@@ -358,6 +357,10 @@ def main(argv=None):
          f"vs {base_arch}", "generate tokens/s", "sentences/s after the first batch", f"vs {base_arch}"],
         rows,
     )
+    # imported here, not at the top: this module's child processes run fairseq's commands, whose
+    # --user-dir skips the plugin's models when fairseq_sret was imported before it
+    from fairseq_sret import json_text
+
     runs.write_text(work / "results.json", json_text.dumps(
         {f"{a}/{p}": {"train_wps": r["wps"], "train_rc": r["rc"], "generate_sentences_s": g and g["sentences_s"],
                       "generate_rc": g and g["rc"], "generate_sentences_s_after_first_batch": g and g["after_first_batch"]}
