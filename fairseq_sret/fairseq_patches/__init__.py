@@ -117,55 +117,60 @@ LOAD = "fairseq.checkpoint_utils.load_checkpoint"
 TRAIN = "fairseq_cli.train.train"
 
 
-def _patch(module, name: str, defect: str, upstream: str = "", after=(), replaces=()) -> Patch:
-    return Patch(name, defect, getattr(module, _PROBES[name]), module.install, upstream, tuple(after), tuple(replaces))
+def _patch(module, has_defect: Callable[[], bool], name: str, defect: str, upstream: str = "", after=(),
+           replaces=()) -> Patch:
+    """The patch ``name`` of ``module`` (its ``install``), found by the probe ``has_defect``."""
+    return Patch(name, defect, has_defect, module.install, upstream, tuple(after), tuple(replaces))
 
-
-_PROBES = {
-    "keep_last_batch": "batch_by_size_drops_examples", "model_override_names": "fairseq_ignores_unknown_overrides",
-    "checkpoint_loading": "fairseq_loader_fails_on_own_checkpoints", "diverse_beam_search": "diverse_beam_search_fails",
-    "load_error_cause": "load_errors_hide_their_cause", "cpu_ddp": "fairseq_ddp_passes_device_ids_for_cpu",
-    "finished_run": "finished_run_trains_again", "patience_resume": "patience_lost_on_resume",
-    "best_checkpoint_resume": "best_checkpoint_forgotten_on_resume",
-    "cpu_bf16_inference": "fairseq_ignores_bf16_in_generation", "atomic_checkpoint_copy": "checkpoints_copied_in_place",
-    "cpu_bf16_training": "fairseq_trains_cpu_bf16_badly", "consumer_exit": "consumer_outlives_its_iterator",
-}
 
 PATCHES = (
-    _patch(keep_last_batch, "keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
+    _patch(keep_last_batch, batch_by_size_drops_examples,
+           "keep_last_batch", "batch_by_size drops the last batch (generation skips test sentences)",
            FAIRSEQ_ISSUES + "5036", replaces=["fairseq.data.data_utils.batch_by_size"]),
-    _patch(model_override_names, "model_override_names", "load_checkpoint_to_cpu takes --model-overrides keys that"
+    _patch(model_override_names, fairseq_ignores_unknown_overrides,
+           "model_override_names", "load_checkpoint_to_cpu takes --model-overrides keys that"
            " no option has and ignores them", replaces=[LOAD_TO_CPU]),
     # outside the override check: a refused name is reported before the file is read
-    _patch(checkpoint_loading, "checkpoint_loading", "load_checkpoint_to_cpu cannot read fairseq's own checkpoints"
+    _patch(checkpoint_loading, fairseq_loader_fails_on_own_checkpoints,
+           "checkpoint_loading", "load_checkpoint_to_cpu cannot read fairseq's own checkpoints"
            " with torch's safe loading and does not name the file or the cause of a damaged or unsafe one",
            FAIRSEQ_ISSUES + "5610", after=["model_override_names"], replaces=[LOAD_TO_CPU]),
-    _patch(diverse_beam_search, "diverse_beam_search", "DiverseBeamSearch returns --beam candidates where the"
+    _patch(diverse_beam_search, diverse_beam_search_fails,
+           "diverse_beam_search", "DiverseBeamSearch returns --beam candidates where the"
            " generator reads 2 x --beam, and indexes its overlap counts by dataset id (--diverse-beam-groups fails)",
            replaces=["fairseq.search.DiverseBeamSearch"]),
-    _patch(load_error_cause, "load_error_cause", "Trainer.load_checkpoint hides why the weights do not load"
+    _patch(load_error_cause, load_errors_hide_their_cause,
+           "load_error_cause", "Trainer.load_checkpoint hides why the weights do not load"
            " ('please ensure that the architectures match')", replaces=["fairseq.trainer.Trainer.load_checkpoint"]),
-    _patch(cpu_ddp, "cpu_ddp", "DistributedFairseqModel passes device_ids for CPU modules (CPU DDP fails)",
+    _patch(cpu_ddp, fairseq_ddp_passes_device_ids_for_cpu,
+           "cpu_ddp", "DistributedFairseqModel passes device_ids for CPU modules (CPU DDP fails)",
            FAIRSEQ_ISSUES + "2879", replaces=["fairseq.models.distributed_fairseq_model.DistributedDataParallel"]),
-    _patch(finished_run, "finished_run", "fairseq-train makes one more update on a run that already reached"
+    _patch(finished_run, finished_run_trains_again,
+           "finished_run", "fairseq-train makes one more update on a run that already reached"
            " --max-update or --stop-time-hours", replaces=[TRAIN]),
     # outside finished_run's check of the limits; its loading restores the count that its train reads
-    _patch(patience_resume, "patience_resume", "--patience forgets its count when a run resumes (the first"
+    _patch(patience_resume, patience_lost_on_resume,
+           "patience_resume", "--patience forgets its count when a run resumes (the first"
            " validation after the resume becomes its best)", FAIRSEQ_ISSUES + "3531", after=["finished_run"],
            replaces=["fairseq.checkpoint_utils.save_checkpoint", LOAD, TRAIN]),
     # outside patience_resume's loading: the best score it restores is then compared with checkpoint_best.pt's
-    _patch(best_checkpoint_resume, "best_checkpoint_resume", "a run resumed after a kill between writing"
+    _patch(best_checkpoint_resume, best_checkpoint_forgotten_on_resume,
+           "best_checkpoint_resume", "a run resumed after a kill between writing"
            " checkpoint_best.pt and checkpoint_last.pt lets a worse validation replace the best checkpoint",
            after=["patience_resume"], replaces=[LOAD]),
-    _patch(cpu_bf16_inference, "cpu_bf16_inference", "generation accepts --bf16 and ignores it (fp32 on the CPU)",
+    _patch(cpu_bf16_inference, fairseq_ignores_bf16_in_generation,
+           "cpu_bf16_inference", "generation accepts --bf16 and ignores it (fp32 on the CPU)",
            replaces=["fairseq.models.fairseq_model.BaseFairseqModel.prepare_for_inference_"]),
-    _patch(atomic_checkpoint_copy, "atomic_checkpoint_copy", "save_checkpoint copies checkpoint_best.pt/"
+    _patch(atomic_checkpoint_copy, checkpoints_copied_in_place,
+           "atomic_checkpoint_copy", "save_checkpoint copies checkpoint_best.pt/"
            "checkpoint_last.pt in place (a kill during the copy truncates them)",
            replaces=["fairseq.checkpoint_utils.PathManager"]),
-    _patch(cpu_bf16_training, "cpu_bf16_training", "fairseq-train --cpu --bf16 asks for a TPU and would cast the"
+    _patch(cpu_bf16_training, fairseq_trains_cpu_bf16_badly,
+           "cpu_bf16_training", "fairseq-train --cpu --bf16 asks for a TPU and would cast the"
            " model to bf16", FAIRSEQ_ISSUES + "4696",
            replaces=["fairseq.trainer.Trainer", "fairseq_cli.train.Trainer", "fairseq.distributed.utils.call_main"]),
-    _patch(consumer_exit, "consumer_exit", "the thread that reads batches ahead is left running when fairseq-train"
+    _patch(consumer_exit, consumer_outlives_its_iterator,
+           "consumer_exit", "the thread that reads batches ahead is left running when fairseq-train"
            " stops mid-epoch, and the interpreter's exit can abort the process inside it",
            replaces=["fairseq.data.iterators.BackgroundConsumer"]),
 )
