@@ -35,10 +35,13 @@ setup(
         # transformers, safetensors: the Hugging Face export's tests (fairseq_sret.hf)
         # pytest-xdist: scripts/run_tests.sh runs the suite on every core (--dist loadfile)
         "test": ["pytest", "pytest-xdist", "hypothesis", "pillow", "matplotlib", "onnx", "onnxscript", "onnxruntime",
-                 "transformers>=5.24", "safetensors",
+                 "transformers>=5.24", "safetensors", "torchao>=0.15",
                  'triton>=3.0,<3.9; platform_system == "Linux" and platform_machine == "x86_64"'],
         # the optional Triton kernels (fairseq_sret.core.fused); CUDA machines with a CUDA
         # build of torch usually have triton already
+        # int8 inference on the CPU (fairseq_sret.core.int8): torchao's dynamic int8, which
+        # transformers' TorchAoConfig also loads
+        "int8": ["torchao>=0.15"],
         "kernels": ['triton>=3.0; platform_system == "Linux"'],
         "plot": ["matplotlib"],
         # image loading for sret-train-vision (no torchvision needed)

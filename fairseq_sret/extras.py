@@ -25,6 +25,7 @@ EXTRA_OF_MODULE = {
     "onnx": "onnx",
     "onnxscript": "onnx",
     "onnxruntime": "onnx",
+    "torchao": "int8",
 }
 
 

@@ -44,6 +44,19 @@ def test_the_fairseq_plugin_without_fairseq_names_the_extra():
                     "installed: pip install 'fairseq-sret[fairseq]'"), done.stderr[-2000:]
 
 
+def test_int8_without_torchao_names_the_extra():
+    done = python("""
+        sys.modules["torchao"] = None
+        import torch
+        from fairseq_sret.core.int8 import quantize_int8_
+        quantize_int8_(torch.nn.Linear(4, 4))
+    """)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "fairseq_sret.extras.MissingExtraError: int8 inference needs torchao, which is not installed: "
+        "pip install 'fairseq-sret[int8]'"), done.stderr[-2000:]
+
+
 def test_a_translation_command_without_fairseq_prints_one_line(tmp_path):
     (tmp_path / "transformer.pt").write_bytes(b"")
     done = python(f"""

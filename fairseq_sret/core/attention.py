@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ONE_QUERY_MATMUL, get_fast_paths, is_compiling
-from .linear import linear
+from .linear import has_plain_weight, linear
 from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
 
@@ -148,12 +148,17 @@ class SlicedGroupAttention(nn.Module):
 
     def _project_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
         c = self.embed_dim
-        bias = self.qkv.bias[c:] if self.qkv.bias is not None else None
-        k, v = F.linear(memory, self.qkv.weight[c:], bias).chunk(2, dim=-1)
+        if not has_plain_weight(self.qkv):  # quantized (core.int8): project all three, keep k, v
+            k, v = linear(memory, self.qkv)[..., c:].chunk(2, dim=-1)
+        else:
+            bias = self.qkv.bias[c:] if self.qkv.bias is not None else None
+            k, v = F.linear(memory, self.qkv.weight[c:], bias).chunk(2, dim=-1)
         return self._split_heads(k), self._split_heads(v)
 
     def _project_q(self, x: Tensor) -> Tensor:
         c = self.embed_dim
+        if not has_plain_weight(self.qkv):
+            return self._split_heads(linear(x, self.qkv)[..., :c])
         bias = self.qkv.bias[:c] if self.qkv.bias is not None else None
         return self._split_heads(F.linear(x, self.qkv.weight[:c], bias))
 

@@ -8,7 +8,7 @@ inductor uses for the same fusion) adds the bias and applies GELU or ReLU while 
 the product. :func:`linear` uses it where it computes the same function:
 
 - CPU tensors of at least :data:`ONEDNN_MIN_ROWS` rows, float32 or bfloat16, input and
-  weight of one dtype, no autocast;
+  weight of one dtype, no autocast, a plain weight (not one :mod:`.int8` quantized);
 - no gradient (``torch.no_grad`` / ``inference_mode``: the operator has no backward);
 - eager mode (``torch.compile`` does this fusion itself; exported programs keep standard
   operators), no hooks on the layer, and ``fast_paths(onednn_linear=True)`` (the default).
@@ -71,6 +71,13 @@ def no_forward_hooks(layer: nn.Module) -> bool:
                 or _hooks._global_forward_pre_hooks)
 
 
+def has_plain_weight(layer: nn.Linear) -> bool:
+    """The layer's weight is a plain tensor, not one that int8 quantization (:mod:`.int8`, or
+    transformers' ``TorchAoConfig``) replaced: only a plain one can be read as a matrix by
+    other operators, or sliced in every autograd mode."""
+    return type(layer.weight) in (nn.Parameter, torch.Tensor)
+
+
 def _use_onednn(x: Tensor, layer: nn.Linear) -> bool:
     # training, tracing (a size test would become a shape guard of torch.export) and short
     # inputs such as decoding steps are decided first
@@ -79,6 +86,7 @@ def _use_onednn(x: Tensor, layer: nn.Linear) -> bool:
     weight = layer.weight
     return (
         get_fast_paths().onednn_linear and x.device.type == "cpu" and x.dim() >= 2
+        and has_plain_weight(layer)
         and (x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and onednn_bf16_available()))
         and weight.dtype == x.dtype
         and (layer.bias is None or layer.bias.dtype == x.dtype) and x.is_contiguous()

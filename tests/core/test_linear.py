@@ -88,3 +88,41 @@ def test_vision_model_inference_equals_the_reference_path():
             nchw = model.forward_head(h)
     torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(nchw, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_a_quantized_layer_runs_its_own_product():
+    """A layer whose weight int8 quantization replaced (core.int8) keeps its quantized forward
+    on inputs long enough for oneDNN, which would read the weight as a plain matrix."""
+    pytest.importorskip("torchao")
+    from fairseq_sret.core.int8 import is_int8, quantize_int8_
+
+    torch.manual_seed(0)
+    model = quantize_int8_(nn.Sequential(nn.Linear(16, 32)))
+    layer = model[0]
+    assert is_int8(layer)
+    x = torch.randn(ONEDNN_MIN_ROWS + 1, 16)
+    with torch.no_grad():
+        assert torch.equal(linear(x, layer, "relu"), F.relu(layer(x)))
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_quantized_cross_attention_projects_in_every_mode(mode):
+    """Cross-attention reads the queries' and the keys' rows of its joint projection apart; a
+    quantized weight is not sliced (torchao's cannot be under inference_mode): the same
+    function as the quantized layer's own product."""
+    pytest.importorskip("torchao")
+    from fairseq_sret.core.int8 import quantize_int8_
+
+    torch.manual_seed(0)
+    attention = SlicedGroupAttention(32, 4, cross_attention=True).eval()
+    quantize_int8_(attention)
+    x, memory = torch.randn(2, 3, 32), torch.randn(2, 5, 32)
+    with mode():
+        q = attention._project_q(x)
+        k, v = attention._project_kv(memory)
+        out = attention(x, memory)
+        projected = attention.qkv(torch.cat([x, memory], dim=1))
+    assert torch.equal(q, attention._split_heads(projected[:, :3, :32]))
+    assert torch.equal(k, attention._split_heads(projected[:, 3:, 32:64]))
+    assert torch.equal(v, attention._split_heads(projected[:, 3:, 64:]))
+    assert out.shape == x.shape and torch.isfinite(out).all()

@@ -307,6 +307,52 @@ def test_generated_defaults_are_fairseq_generates(exported, task, data_bin):
     assert got == expected
 
 
+# ---------------------------------------------------------------- int8
+def prepared_for_generation(model, **common):
+    """What fairseq-generate does to a loaded model before decoding."""
+    model.prepare_for_inference_(argparse.Namespace(generation=argparse.Namespace(beam=5),
+                                                    common=argparse.Namespace(**common)))
+    return model
+
+
+def test_int8_is_one_model_from_both_front_doors(exported, task, data_bin):
+    """fairseq's ``--model-overrides "{'int8_in_generation': True}"`` and transformers'
+    ``TorchAoConfig(int8_config())`` quantize the same layers the same way: equal logits and
+    beams, which differ from fp32's logits (the quantization ran), close to them."""
+    pytest.importorskip("torchao")
+    from fairseq_sret.core.int8 import int8_config, is_int8
+    from transformers import TorchAoConfig
+
+    state, out = exported("pre-LN groups 2,1")
+    state = dict(state, cfg=dict(state["cfg"], model=copy.deepcopy(state["cfg"]["model"])))
+    fp32 = fairseq_model(state, task)
+    state["cfg"]["model"].int8_in_generation = True
+    state["cfg"]["model"].keep_lrc_in_generation = True  # transformers' model keeps them apart too
+    ref = prepared_for_generation(fairseq_model(state, task))
+    ours = AutoModelForSeq2SeqLM.from_pretrained(out, quantization_config=TorchAoConfig(int8_config())).eval()
+    for model in (ref, ours):
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert sum(map(is_int8, linears)) == len(linears) - 1  # all but the tied output projection
+    src, lengths, prev = toy_batch(data_bin, task)
+    with torch.no_grad():
+        expected, _ = ref(src, lengths, prev)
+        full, _ = fp32(src, lengths, prev)
+    got = hf_logits(ours, src, prev)
+    assert (got - expected).abs().max() <= 1e-4
+    assert 1e-4 < (expected - full).abs().max() < 0.1 * full.abs().max()
+    src, lengths, _ = toy_batch(data_bin, task, count=8)
+    assert hf_hypotheses(ours, src, 5, 12)[0] == fairseq_hypotheses(ref, task, src, lengths, 5, 12)[0]
+
+
+def test_int8_generation_refuses_half_precision(exported, task):
+    pytest.importorskip("torchao")
+    state, _ = exported("pre-LN groups 2,1")
+    state = dict(state, cfg=dict(state["cfg"], model=copy.deepcopy(state["cfg"]["model"])))
+    state["cfg"]["model"].int8_in_generation = True
+    with pytest.raises(ValueError, match="int8_in_generation quantizes the fp32 model.*drop --bf16"):
+        prepared_for_generation(fairseq_model(state, task), bf16=True)
+
+
 # ---------------------------------------------------------------- the cache
 def test_one_self_attention_cache_per_recursion_and_encoder_keys_once(exported, task, data_bin, monkeypatch):
     _, out = exported("pre-LN groups 2,1")

@@ -192,3 +192,20 @@ def test_training_options_that_act_on_the_parameters(tmp_path, model):
     ema = state["extra_state"]["ema"]
     assert ema and set(ema) <= set(state["model"]) and any("recursive" in k for k in ema)
     assert any(not torch.equal(ema[k].float(), state["model"][k].float()) for k in ema)  # the average lags
+
+
+def test_int8_through_a_model_override(model, monkeypatch):
+    """fairseq-generate --model-overrides "{'int8_in_generation': True}" decodes with the
+    linear layers quantized (all but the output projection tied to the embeddings)."""
+    pytest.importorskip("torchao")
+    from fairseq_sret.core.int8 import is_int8
+    from fairseq_sret.models.sret_transformer import model as sret_model
+
+    quantized = []
+    real = sret_model.quantize_int8_
+    monkeypatch.setattr(sret_model, "quantize_int8_", lambda m: quantized.append(real(m)))
+    printed = decode("generate", generation_argv(model, "--model-overrides", "{'int8_in_generation': True}"))
+    assert len([line for line in printed.splitlines() if line.startswith("H-")]) == 20
+    (decoded,) = quantized
+    linears = [m for m in decoded.modules() if isinstance(m, torch.nn.Linear)]
+    assert sum(map(is_int8, linears)) == len(linears) - 1 and not is_int8(decoded.decoder.output_projection)

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from ...core import SReTLayerSpec, fold_lrc
 from ...core.depth import DepthControl
+from ...core.int8 import quantize_int8_
 from ...core.mixed_depth import check_depth_options
 from ...checkpoints import mismatch_summary
 from .dictionaries import DICTIONARY_FINGERPRINTS, check_dictionaries
@@ -177,7 +178,12 @@ class SReTTransformerModel(DepthControl, TransformerModel):
             if value not in (default, None, False):
                 given = "" if value is True else f" {value}"
                 raise ValueError(f"--{name.replace('_', '-')}{given}: {why}")
+        int8 = getattr(self.args, "int8_in_generation", False)
+        if int8:
+            check_int8_generation(cfg)
         super().prepare_for_inference_(cfg)
+        if int8:
+            quantize_int8_(self)
 
     def make_generation_fast_(self, **kwargs):
         """fairseq's preparation for generation, after which the model cannot train, with the
@@ -214,6 +220,15 @@ UNSUPPORTED_GENERATION = {
                        " has one decoder: drop it")
        for name, default in (("beam_mt", 0), ("max_len_a_mt", 0), ("max_len_b_mt", 200), ("lenpen_mt", 1))},
 }
+
+
+def check_int8_generation(cfg) -> None:
+    """``int8_in_generation`` quantizes an fp32 model: refuse the casts that would come first."""
+    common = getattr(cfg, "common", None)
+    for flag in ("fp16", "bf16"):
+        if getattr(common, flag, False):
+            raise ValueError(f"--model-overrides int8_in_generation quantizes the fp32 model (int8 weights,"
+                             f" fp32 activations quantized per token): drop --{flag}")
 
 
 def weights_mismatch(torch_message: str) -> str:

@@ -57,6 +57,12 @@ class SReTOptions(FairseqDataclass):
                                  " instead of two); at generation: --model-overrides"
                                  " \"{'keep_lrc_in_generation': True}\""}
     )
+    int8_in_generation: bool = field(
+        default=False, metadata={"help": "quantize the linear layers to int8 (torchao's dynamic int8, the"
+                                 " configuration transformers loads with TorchAoConfig; needs the int8"
+                                 " extra) when fairseq prepares the model for generation; in fp32 only;"
+                                 " at generation: --model-overrides \"{'int8_in_generation': True}\""}
+    )
     checkpoint_recursions: bool = field(
         default=False, metadata={"help": "activation checkpointing of every layer application:"
                                  " memory grows with unique layers, not total depth"}
