@@ -368,3 +368,37 @@ def test_bench_cifar_depth_places_every_depth_of_the_finished_runs(tmp_path):
     points = json.loads((tmp_path / "depth.json").read_text())["points"]
     assert sorted((p["row"], p["depth"]) for p in points) == [("baseline", 1), ("sret", 1), ("sret", 2)]
     assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq is not installed")
+def test_bench_deploy_smoke(tmp_path):
+    """Every row translates the same sentences and is scored; the transformer in CTranslate2
+    (fp32, where ctranslate2 is installed) is fairseq's model, so its BLEU is fairseq's."""
+    pytest.importorskip("torchao")
+    from cli_helpers import ENV, SRET, TRAIN, USER_DIR, command
+    from fairseq_sret_cli.data import multi30k
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    words = [("Hund", "dog"), ("Katze", "cat"), ("Mann", "man"), ("Frau", "woman"), ("läuft", "runs"), ("rot", "red")]
+    for split, size in (("train", 200), ("val", 10), ("test_2016_flickr", 12)):
+        pairs = [[words[(i * 7 + k * 3) % 6] for k in range(2 + i % 4)] for i in range(size)]
+        (raw / f"{split}.de").write_text("".join(" ".join(d for d, _ in p) + ".\n" for p in pairs), encoding="utf-8")
+        (raw / f"{split}.en").write_text("".join(" ".join(e for _, e in p) + ".\n" for p in pairs), encoding="utf-8")
+    data_bin = multi30k.prepare(tmp_path / "bin", src=raw, vocab_size=40)
+    transformer = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", *SRET[4:12],
+                   "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings"]
+    for name, model in (("sret", SRET), ("transformer", [*USER_DIR, *transformer])):
+        subprocess.run(command("fairseq-train", data_bin, *model, *TRAIN, "--max-update", "3", "--save-dir",
+                               tmp_path / name), env=ENV, check=True, capture_output=True, timeout=300)
+    ct2 = importlib.util.find_spec("ctranslate2") is not None
+    out = run_script("bench_deploy", "--data-bin", str(data_bin), "--sret", str(tmp_path / "sret" / "checkpoint_last.pt"),
+                     "--transformer", str(tmp_path / "transformer" / "checkpoint_last.pt"), "--limit", "8",
+                     "--rows", "sret/fairseq/fp32", "sret/fairseq/int8", "transformer/fairseq/fp32",
+                     *(["transformer/ctranslate2/fp32"] if ct2 else []), smoke=False, timeout=600)
+    results = {r["row"]: r for r in map(json.loads, (line for line in out.splitlines() if line.startswith("{")))}
+    assert set(results) == {"sret/fairseq/fp32", "sret/fairseq/int8", "transformer/fairseq/fp32"} | (
+        {"transformer/ctranslate2/fp32"} if ct2 else set())
+    assert all(r["sentences"] == 8 and r["sentences_per_s"] > 0 for r in results.values())
+    if ct2:
+        assert results["transformer/ctranslate2/fp32"]["bleu"] == results["transformer/fairseq/fp32"]["bleu"]

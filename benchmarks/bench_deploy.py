@@ -1,0 +1,204 @@
+"""Deploying a trained translation model on the CPU: BLEU and sentences/s of SReT's paths
+(fairseq's beam search in fp32, bf16 and int8) beside a fairseq transformer in fairseq and
+in CTranslate2 (fp32 and int8), on one test set, one thread and more (docs/benchmarks/deploy.md).
+
+    pip install ctranslate2        # the CTranslate2 rows; the int8 rows need the int8 extra
+    python -m benchmarks.bench_deploy --data-bin DATA_BIN --sret SRET.pt --transformer TRANSFORMER.pt \\
+        [--subsets test test1] [--threads 1 2] [--batch-size 64] [--beam 5] [--rows ...] [--limit N]
+
+Every row translates the whole subset (or its first ``--limit`` sentences) with beam
+``--beam``, at most 200 tokens, batches of ``--batch-size`` sentences that each engine forms
+itself from the length-sorted set (fairseq's batch iterator; CTranslate2's
+``translate_batch(max_batch_size=...)``). Scored with sacreBLEU (13a) against the raw
+references ``text/<subset>.raw.<tgt>`` of the data-bin, after SentencePiece's pieces are
+joined as fairseq's ``--post-process sentencepiece`` does. Speed: sentences over wall-clock
+seconds of the translation alone (model loading and conversion excluded), so that more than
+one thread counts; run it on an otherwise idle machine.
+
+Rows (``--rows``; default all that can run here):
+- ``sret/fairseq/fp32|bf16|int8``: the SReT checkpoint through fairseq's SequenceGenerator,
+  prepared as fairseq-generate prepares it; ``bf16`` is fairseq-generate's ``--bf16`` on the
+  CPU, ``int8`` its ``--model-overrides "{'int8_in_generation': True}"``.
+- ``transformer/fairseq/fp32``: the transformer checkpoint the same way.
+- ``transformer/ctranslate2/fp32|int8``: the transformer converted with CTranslate2's own
+  fairseq converter, run with ``compute_type`` fp32 or int8. SReT has no CTranslate2 rows:
+  CTranslate2's layer specification has no slot for the NLL, the LRC coefficients or a layer
+  applied more than once, and its fairseq converter accepts only fairseq's own architectures.
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import command_line, hardware_line, print_table, quiet_logging
+
+ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "transformer/fairseq/fp32",
+        "transformer/ctranslate2/fp32", "transformer/ctranslate2/int8")
+
+#: our precision names -> CTranslate2's compute types
+CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-bin", required=True, type=Path)
+    p.add_argument("--sret", type=Path, help="a trained sret_transformer checkpoint")
+    p.add_argument("--transformer", type=Path, help="a trained fairseq transformer checkpoint, same data-bin")
+    p.add_argument("--subsets", nargs="+", default=["test"])
+    p.add_argument("--threads", nargs="+", type=int, default=[1])
+    p.add_argument("--rows", nargs="+", choices=ROWS, help="default: every row whose checkpoint is given")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--limit", type=int, help="translate only the first N sentences of each subset")
+    args = p.parse_args(argv)
+    given = {"sret": args.sret, "transformer": args.transformer}
+    args.rows = args.rows or [row for row in ROWS if given[row.split("/")[0]] is not None]
+    for row in args.rows:
+        if given[row.split("/")[0]] is None:
+            p.error(f"row {row} needs --{row.split('/')[0]}")
+    if not args.rows:
+        p.error("give --sret and/or --transformer")
+    return args
+
+
+def join_pieces(pieces: str) -> str:
+    """fairseq's ``--post-process sentencepiece``."""
+    return pieces.replace(" ", "").replace("\u2581", " ").strip()
+
+
+class FairseqEngine:
+    """A checkpoint through fairseq's SequenceGenerator, prepared as fairseq-generate does."""
+
+    def __init__(self, checkpoint, data_bin, precision, beam, lenpen):
+        import fairseq_sret.models  # noqa: F401  (registers sret_transformer)
+        from fairseq import checkpoint_utils
+        from fairseq.sequence_generator import SequenceGenerator
+
+        from benchmarks.common import prepare_as_generate
+
+        overrides = {"data": str(data_bin)}
+        if precision == "int8":
+            overrides["int8_in_generation"] = True
+        models, _, self.task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides)
+        self.model = models[0]
+        prepare_as_generate(self.model, beam, bf16=precision == "bf16")
+        self.generator = SequenceGenerator([self.model], self.task.target_dictionary, beam_size=beam,
+                                           len_penalty=lenpen, max_len_b=200)
+
+    def translate(self, subset, batch_size, limit):
+        """fairseq's batches (its length order, ``batch_size`` sentences each) of the first
+        ``limit`` sentences (all: None)."""
+        task = self.task
+        task.load_dataset(subset)
+        dataset = task.dataset(subset)
+        count = min(limit or len(dataset), len(dataset))
+        order = [int(i) for i in dataset.ordered_indices() if i < count]
+        hypotheses, seconds = {}, 0.0
+        with torch.inference_mode():
+            for first in range(0, count, batch_size):
+                sample = dataset.collater([dataset[i] for i in order[first:first + batch_size]])
+                net_input = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
+                start = time.perf_counter()
+                hypos = self.generator.forward({"net_input": net_input})
+                seconds += time.perf_counter() - start
+                for sentence_id, hypo in zip(sample["id"].tolist(), hypos):
+                    hypotheses[sentence_id] = join_pieces(task.target_dictionary.string(hypo[0]["tokens"].int()))
+        return [hypotheses[i] for i in range(count)], seconds
+
+
+class CTranslate2Engine:
+    """A fairseq transformer converted by CTranslate2's fairseq converter (once, fp32),
+    quantized at load by ``compute_type``."""
+
+    _converted = {}
+
+    def __init__(self, checkpoint, data_bin, compute_type, beam, lenpen, threads):
+        import ctranslate2
+        from ctranslate2.converters import FairseqConverter
+
+        key = (str(checkpoint), str(data_bin))
+        if key not in self._converted:
+            folder = tempfile.mkdtemp(prefix="ct2-")
+            FairseqConverter(str(checkpoint), str(data_bin), user_dir=str(Path(__file__).resolve().parents[1] / "fairseq_sret"),
+                             unsafe_deserialization=True).convert(folder, force=True)
+            self._converted[key] = folder
+        self.translator = ctranslate2.Translator(self._converted[key], device="cpu", compute_type=CT2_COMPUTE_TYPES[compute_type],
+                                                 intra_threads=threads, inter_threads=1)
+        self.data_bin, self.beam, self.lenpen = Path(data_bin), beam, lenpen
+
+    def translate(self, subset, batch_size, limit):
+        source = _source_language(self.data_bin)
+        lines = (self.data_bin / "text" / f"{subset}.sp.{source}").read_text(encoding="utf-8").splitlines()
+        lines = lines[:limit] if limit else lines
+        start = time.perf_counter()
+        results = self.translator.translate_batch([line.split() for line in lines], beam_size=self.beam,
+                                                  length_penalty=self.lenpen, max_batch_size=batch_size,
+                                                  max_decoding_length=200)
+        seconds = time.perf_counter() - start
+        return [join_pieces(" ".join(r.hypotheses[0])) for r in results], seconds
+
+
+def _languages(data_bin: Path):
+    meta = json.loads((data_bin / "sret_data.json").read_text(encoding="utf-8"))
+    return meta["source_lang"], meta["target_lang"]
+
+
+def _source_language(data_bin: Path) -> str:
+    return _languages(data_bin)[0]
+
+
+def references(data_bin: Path, subset: str, limit):
+    target = _languages(data_bin)[1]
+    lines = (data_bin / "text" / f"{subset}.raw.{target}").read_text(encoding="utf-8").splitlines()
+    return lines[:limit] if limit else lines
+
+
+def run_row(row, args, threads):
+    model, engine, precision = row.split("/")
+    checkpoint = args.sret if model == "sret" else args.transformer
+    torch.set_num_threads(threads)
+    if engine == "ctranslate2":
+        translator = CTranslate2Engine(checkpoint, args.data_bin, precision, args.beam, args.lenpen, threads)
+    else:
+        translator = FairseqEngine(checkpoint, args.data_bin, precision, args.beam, args.lenpen)
+    from fairseq_sret_cli.evaluation.bleu import sacrebleu_detok
+
+    results = []
+    for subset in args.subsets:
+        hyps, seconds = translator.translate(subset, args.batch_size, args.limit)
+        bleu = sacrebleu_detok(hyps, references(args.data_bin, subset, args.limit))
+        results.append({"row": row, "threads": threads, "subset": subset, "sentences": len(hyps),
+                        "bleu": round(bleu.score, 2), "seconds": round(seconds, 2),
+                        "sentences_per_s": round(len(hyps) / seconds, 2)})
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    quiet_logging()
+    print(command_line())
+    print(hardware_line(torch.device("cpu")))
+    results = []
+    from fairseq_sret.fairseq_patches import CPUBF16Unsupported
+
+    for threads in args.threads:
+        for row in args.rows:
+            try:
+                results.extend(run_row(row, args, threads))
+            except CPUBF16Unsupported as refused:  # fairseq-generate --bf16 refuses it too
+                print(f"{row}: not measured on this processor: {refused}", flush=True)
+    print_table(f"beam {args.beam}, batches of {args.batch_size}", ["model / engine / precision", "threads", "subset",
+                "sentences", "sacreBLEU", "sentences/s"],
+                [[r["row"], r["threads"], r["subset"], r["sentences"], r["bleu"], r["sentences_per_s"]] for r in results])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
