@@ -25,6 +25,20 @@ class SReTTranslationPipeline(Pipeline):
     _load_feature_extractor = False
     _pipeline_calls_generate = True
 
+    def __call__(self, inputs, *args, **kwargs):
+        """A list of texts is translated in order of length, as fairseq batches sentences, so
+        that a batch (``batch_size=N``) pads little and ends together; the results come back
+        in the order of ``inputs``."""
+        if not isinstance(inputs, (list, tuple)) or len(inputs) < 2 or not all(isinstance(t, str) for t in inputs):
+            return super().__call__(inputs, *args, **kwargs)
+        lengths = [len(ids) for ids in self.tokenizer(list(inputs))["input_ids"]]
+        order = sorted(range(len(inputs)), key=lengths.__getitem__)
+        translated = super().__call__([inputs[i] for i in order], *args, **kwargs)
+        results = [None] * len(inputs)
+        for i, result in zip(order, translated):
+            results[i] = result
+        return results
+
     def _sanitize_parameters(self, **generate_kwargs):
         return {}, generate_kwargs, {}
 

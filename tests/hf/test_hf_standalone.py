@@ -113,6 +113,19 @@ def test_the_pipeline_translates_raw_text(exported):
     assert results[0] == tokenizer.decode(ids[0], skip_special_tokens=True)
 
 
+def test_the_pipeline_batches_by_length_and_answers_in_order(exported, monkeypatch):
+    _, folder = exported
+    translate = pipeline("sret-translation", model=str(folder))
+    texts = ["ein Hund .", SENTENCES[0] + " " + SENTENCES[1], "eine Frau spielt .", SENTENCES[2]]
+    one_by_one = [translate(text, max_new_tokens=6) for text in texts]
+    batches = []
+    generate = translate.model.generate
+    monkeypatch.setattr(translate.model, "generate", lambda **kw: batches.append(kw["input_ids"]) or generate(**kw))
+    assert translate(texts, batch_size=2, max_new_tokens=6) == one_by_one
+    lengths = [int(row.ne(translate.tokenizer.pad_token_id).sum()) for batch in batches for row in batch]
+    assert len(batches) == 2 and lengths == sorted(lengths)
+
+
 def test_a_dictionary_saved_on_windows_reads_as_the_same_symbols(tmp_path):
     from fairseq_sret.hf.tokenization import read_fairseq_dictionary
 
