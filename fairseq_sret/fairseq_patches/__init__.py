@@ -38,7 +38,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from . import (atomic_checkpoint_copy, best_checkpoint_resume, checkpoint_loading, consumer_exit, cpu_bf16_inference,
                cpu_bf16_training, cpu_ddp, diverse_beam_search, finished_run, keep_last_batch, load_error_cause,
-               model_override_names, patience_resume)
+               model_override_names, patience_resume, tensor_sizes)
 from .atomic_checkpoint_copy import AtomicCopyPathManager, checkpoints_copied_in_place
 from .best_checkpoint_resume import best_checkpoint_forgotten_on_resume
 from .checkpoint_loading import fairseq_loader_fails_on_own_checkpoints
@@ -53,6 +53,7 @@ from .keep_last_batch import batch_by_size_drops_examples
 from .load_error_cause import CheckpointLoadError, load_errors_hide_their_cause
 from .model_override_names import UnknownOverride, check_override_names, fairseq_ignores_unknown_overrides
 from .patience_resume import PATIENCE_STATE, patience_lost_on_resume, patience_state, set_patience_state
+from .tensor_sizes import tensor_sizes_warn
 
 __all__ = [
     "APPLIED", "PATCHES", "PATCHES_ENV", "Installation", "Patch", "apply_patches", "check_order", "patches_removed",
@@ -65,7 +66,7 @@ __all__ = [
     "fairseq_ddp_passes_device_ids_for_cpu", "fairseq_ignores_bf16_in_generation", "fairseq_ignores_unknown_overrides",
     "fairseq_loader_fails_on_own_checkpoints", "fairseq_trains_cpu_bf16_badly", "finished_run_trains_again",
     "load_errors_hide_their_cause", "past_the_limits", "patience_lost_on_resume", "patience_state",
-    "set_patience_state", "stop_consumers", "wants_cpu_bf16",
+    "set_patience_state", "stop_consumers", "tensor_sizes_warn", "wants_cpu_bf16",
 ]
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,10 @@ PATCHES = (
            "consumer_exit", "the thread that reads batches ahead is left running when fairseq-train"
            " stops mid-epoch, and the interpreter's exit can abort the process inside it",
            replaces=["fairseq.data.iterators.BackgroundConsumer"]),
+    _patch(tensor_sizes, tensor_sizes_warn,
+           "tensor_sizes", "the hub interface's LanguagePairDataset converts tensor sizes with np.array,"
+           " which NumPy 2 deprecates (Tensor.__array__ takes no copy keyword)",
+           replaces=["fairseq.data.language_pair_dataset.LanguagePairDataset.__init__"]),
 )
 
 

@@ -444,3 +444,26 @@ def test_exit_with_a_busy_consumer(patches):
     else:
         assert result.returncode != 0 and "terminate called" in result.stderr, \
             (result.returncode, result.stderr[-2000:])
+
+
+def test_tensor_sizes_defect_without_the_patch():
+    """The hub interface's dataset of tensor sizes: NumPy 2's ``__array__`` deprecation
+    without the patch (where this NumPy and torch have it), none with it, the same sizes."""
+    import inspect
+    import warnings
+
+    import numpy as np
+    from fairseq.data import Dictionary, language_pair_dataset
+    from fairseq.tasks.translation import TranslationTask
+
+    patched = language_pair_dataset.LanguagePairDataset
+    unpatched = type("Unpatched", (patched,), {"__init__": patched.__init__.__wrapped__})
+    numpy_warns = int(np.__version__.split(".")[0]) >= 2 and "copy" not in inspect.signature(torch.Tensor.__array__).parameters
+    assert fairseq_patches.tensor_sizes_warn(unpatched) == numpy_warns
+    assert not fairseq_patches.tensor_sizes_warn()
+    task = TranslationTask.__new__(TranslationTask)
+    task.src_dict = task.tgt_dict = Dictionary()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dataset = task.build_dataset_for_inference([torch.tensor([4, 5, 2]), torch.tensor([2])], torch.LongTensor([3, 1]))
+    assert isinstance(dataset.src_sizes, np.ndarray) and dataset.src_sizes.tolist() == [3, 1]
