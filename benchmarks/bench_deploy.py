@@ -11,9 +11,10 @@ Every row translates the whole subset (or its first ``--limit`` sentences) with 
 itself from the length-sorted set (fairseq's batch iterator; CTranslate2's
 ``translate_batch(max_batch_size=...)``). Scored with sacreBLEU (13a) against the raw
 references ``text/<subset>.raw.<tgt>`` of the data-bin, after SentencePiece's pieces are
-joined as fairseq's ``--post-process sentencepiece`` does. Speed: sentences over wall-clock
-seconds of the translation alone (model loading and conversion excluded), so that more than
-one thread counts; run it on an otherwise idle machine.
+joined as fairseq's ``--post-process sentencepiece`` does. Speed, of the translation alone
+(model loading and conversion excluded): sentences per wall-clock second, which counts more
+than one thread (run it on an otherwise idle machine), and per second of the process's CPU
+time, which a busy neighbour changes little with one thread.
 
 Rows (``--rows``; default all that can run here):
 - ``sret/fairseq/fp32|bf16|int8``: the SReT checkpoint through fairseq's SequenceGenerator,
@@ -67,6 +68,23 @@ def parse_args(argv=None):
     return args
 
 
+class Seconds(tuple):
+    """(wall-clock, process CPU) seconds; they add and subtract pairwise."""
+
+    def __new__(cls, wall=0.0, cpu=0.0):
+        return super().__new__(cls, (wall, cpu))
+
+    def __add__(self, other):
+        return Seconds(self[0] + other[0], self[1] + other[1])
+
+    def __sub__(self, other):
+        return Seconds(self[0] - other[0], self[1] - other[1])
+
+
+def clock() -> Seconds:
+    return Seconds(time.perf_counter(), time.process_time())
+
+
 def join_pieces(pieces: str) -> str:
     """fairseq's ``--post-process sentencepiece``."""
     return pieces.replace(" ", "").replace("\u2581", " ").strip()
@@ -99,14 +117,14 @@ class FairseqEngine:
         dataset = task.dataset(subset)
         count = min(limit or len(dataset), len(dataset))
         order = [int(i) for i in dataset.ordered_indices() if i < count]
-        hypotheses, seconds = {}, 0.0
+        hypotheses, seconds = {}, Seconds()
         with torch.inference_mode():
             for first in range(0, count, batch_size):
                 sample = dataset.collater([dataset[i] for i in order[first:first + batch_size]])
                 net_input = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
-                start = time.perf_counter()
+                start = clock()
                 hypos = self.generator.forward({"net_input": net_input})
-                seconds += time.perf_counter() - start
+                seconds += clock() - start
                 for sentence_id, hypo in zip(sample["id"].tolist(), hypos):
                     hypotheses[sentence_id] = join_pieces(task.target_dictionary.string(hypo[0]["tokens"].int()))
         return [hypotheses[i] for i in range(count)], seconds
@@ -136,11 +154,11 @@ class CTranslate2Engine:
         source = _source_language(self.data_bin)
         lines = (self.data_bin / "text" / f"{subset}.sp.{source}").read_text(encoding="utf-8").splitlines()
         lines = lines[:limit] if limit else lines
-        start = time.perf_counter()
+        start = clock()
         results = self.translator.translate_batch([line.split() for line in lines], beam_size=self.beam,
                                                   length_penalty=self.lenpen, max_batch_size=batch_size,
                                                   max_decoding_length=200)
-        seconds = time.perf_counter() - start
+        seconds = clock() - start
         return [join_pieces(" ".join(r.hypotheses[0])) for r in results], seconds
 
 
@@ -173,9 +191,11 @@ def run_row(row, args, threads):
     for subset in args.subsets:
         hyps, seconds = translator.translate(subset, args.batch_size, args.limit)
         bleu = sacrebleu_detok(hyps, references(args.data_bin, subset, args.limit))
+        wall, cpu = seconds
         results.append({"row": row, "threads": threads, "subset": subset, "sentences": len(hyps),
-                        "bleu": round(bleu.score, 2), "seconds": round(seconds, 2),
-                        "sentences_per_s": round(len(hyps) / seconds, 2)})
+                        "bleu": round(bleu.score, 2), "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+                        "sentences_per_s": round(len(hyps) / wall, 2),
+                        "sentences_per_cpu_s": round(len(hyps) / cpu, 2)})
         print(json.dumps(results[-1]), flush=True)
     return results
 
@@ -195,8 +215,9 @@ def main(argv=None):
             except CPUBF16Unsupported as refused:  # fairseq-generate --bf16 refuses it too
                 print(f"{row}: not measured on this processor: {refused}", flush=True)
     print_table(f"beam {args.beam}, batches of {args.batch_size}", ["model / engine / precision", "threads", "subset",
-                "sentences", "sacreBLEU", "sentences/s"],
-                [[r["row"], r["threads"], r["subset"], r["sentences"], r["bleu"], r["sentences_per_s"]] for r in results])
+                "sentences", "sacreBLEU", "sentences/s", "sentences per CPU second"],
+                [[r["row"], r["threads"], r["subset"], r["sentences"], r["bleu"], r["sentences_per_s"],
+                  r["sentences_per_cpu_s"]] for r in results])
     return 0
 
 
