@@ -40,6 +40,8 @@ and the rows; each row is an architecture with its flags and seeds::
                                            #   options sret-uptrain prints, then args
 
 Every (row, seed) is one *run*. :func:`load_experiment` validates the file and expands it.
+The flags the runner gives every run itself (``--seed``, ``--max-update``, ``--save-dir``, ...:
+:data:`RUNNER_TRAIN_OPTIONS`) are refused in ``args``, with the field that sets them.
 """
 
 import math
@@ -165,6 +167,36 @@ def _args(value, where: str) -> List[str]:
     raise ExperimentError(f"{where} must be a string of flags or a list of them, got {value!r}")
 
 
+#: fairseq-train options the runner gives every run itself (after the file's flags, so a copy
+#: in the file would be overridden without a word) -> where the file says it instead
+RUNNER_TRAIN_OPTIONS = {
+    "--seed": "the seeds (seeds: / the row's seeds: / --seeds)",
+    "--max-update": "train.max_update, or the row's max_update:",
+    "--max-epoch": "train.max_epoch",
+    "--patience": "train.patience",
+    "--save-dir": "the runner's --output folder",
+    "--keep-last-epochs": "eval.checkpoints (lastN keeps N epochs)",
+    "--user-dir": "nothing: the runner loads the plugin",
+    "--arch": "the row's arch:",
+    "-a": "the row's arch:",
+    "--finetune-from-model": "the row's uptrain_from:",
+    "--cpu": "sret-experiments --cpu",
+    "--log-format": "nothing: the runner reads fairseq's JSON log",
+    "--log-interval": "nothing: the runner reads fairseq's JSON log",
+}
+
+
+def _train_args(value, where: str) -> List[str]:
+    """fairseq-train flags of the file, refusing those the runner sets for every run."""
+    args = _args(value, where)
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name in RUNNER_TRAIN_OPTIONS:
+            raise ExperimentError(f"{where}: {name} is set by the runner for every run (it would override this one);"
+                                  f" give it as {RUNNER_TRAIN_OPTIONS[name]}")
+    return args
+
+
 def _int(value, where: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ExperimentError(f"{where} must be an integer >= {minimum}, got {value!r}")
@@ -217,7 +249,7 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     train = raw.get("train") or {}
     _check_keys(train, ["args", "max_epoch", "max_update", "patience"], f"{where}: train")
     schedule = Schedule(
-        args=_args(train.get("args"), f"{where}: train.args"),
+        args=_train_args(train.get("args"), f"{where}: train.args"),
         max_epoch=_int(train.get("max_epoch", 0), f"{where}: train.max_epoch"),
         max_update=_int(train.get("max_update", 0), f"{where}: train.max_update"),
         patience=_int(train.get("patience", 0), f"{where}: train.patience"),
@@ -284,7 +316,7 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
             raise ExperimentError(f"{at}: id {item['id']!r} must be letters, digits, '_', '.', '-'")
         row = Row(
             id=str(item["id"]), arch=str(item["arch"]), title=str(item.get("title", "")),
-            args=_args(item.get("args"), f"{at}.args"),
+            args=_train_args(item.get("args"), f"{at}.args"),
             seeds=_seeds(item.get("seeds", default_seeds), f"{at}.seeds"), notes=str(item.get("notes", "")),
             max_update=_int(item.get("max_update", 0), f"{at}.max_update"), variants=row_variants,
             uptrain_from=str(item.get("uptrain_from") or ""),

@@ -135,6 +135,12 @@ def minimal(**changes):
     (minimal(rows=[{"id": "t", "arch": "transformer"},
                    {"id": "u", "arch": "sret_transformer_tiny", "uptrain_from": "t"}]), "arch is sret_transformer"),
     (minimal(rows=[{"id": "u", "arch": "t", "uptrain_args": "--recursions 2"}]), "uptrain_args without uptrain_from"),
+    # options the runner gives every run: the file's copy would be overridden without a word
+    (minimal(rows=[{"id": "a", "arch": "t", "args": "--lr 1e-3 --max-update 500"}]),
+     r"rows\[0\].args: --max-update is set by the runner .* give it as train.max_update, or the row's max_update"),
+    (minimal(rows=[{"id": "a", "arch": "t", "args": ["--seed", 7]}]), "--seed is set by the runner"),
+    (minimal(train={"max_update": 10, "args": "--patience=3"}), "train.args: --patience is set by the runner"),
+    (minimal(train={"max_update": 10, "args": "--cpu"}), "give it as sret-experiments --cpu"),
 ])
 def test_bad_experiment_files_name_the_field(raw, message):
     with pytest.raises(ExperimentError, match=message):
