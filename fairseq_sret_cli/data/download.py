@@ -57,14 +57,25 @@ def download(urls: Sequence[str], dest, timeout: float = 30.0) -> Path:
     )
 
 
+def archive_identity(archive: Path) -> str:
+    """The archive's size and modification time: another file under the same name (a new
+    download, a replaced copy) differs in either."""
+    stat = archive.stat()
+    return f"{stat.st_size} {stat.st_mtime_ns}\n"
+
+
 def extract(archive, dest) -> Path:
-    """Unpack a .tgz/.tar.gz/.tar archive into ``dest`` (once; a marker file records it)."""
+    """Unpack a .tgz/.tar.gz/.tar archive into ``dest``, once per archive: a marker file
+    records the archive it unpacked (:func:`archive_identity`), and an archive replaced since
+    is unpacked again over the old files."""
     archive, dest = Path(archive), Path(dest)
     marker = dest / f".extracted-{archive.name}"
-    if marker.exists():
+    identity = archive_identity(archive)
+    if marker.exists() and marker.read_text(encoding="utf-8") == identity:
         return dest
     dest.mkdir(parents=True, exist_ok=True)
-    log(f"extracting {archive.name}")
+    log(f"extracting {archive.name}" + (" (the archive changed since it was last extracted)" if marker.exists() else ""))
+    marker.unlink(missing_ok=True)
     try:
         with tarfile.open(archive) as tar:
             try:
@@ -73,7 +84,7 @@ def extract(archive, dest) -> Path:
                 tar.extractall(dest)
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise ValueError(f"{archive}: damaged or truncated archive ({exc})") from None
-    marker.touch()
+    marker.write_text(identity, encoding="utf-8")
     return dest
 
 

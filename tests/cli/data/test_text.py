@@ -103,3 +103,29 @@ def test_sources_accept_an_archive_or_a_folder_with_archives(tmp_path):
     assert Sources(src, tmp_path / "work3", {}).find("missing", required=False) is None
     with pytest.raises(FileNotFoundError, match="official files"):
         Sources(src, tmp_path / "work3", {}).find("missing")
+
+
+def test_a_replaced_archive_is_extracted_again(tmp_path):
+    """An archive unpacked once is not unpacked again, until another file takes its name: then
+    its files replace the stale ones (sret-prepare --force after a new download)."""
+    import io
+    import os
+    import tarfile
+
+    from fairseq_sret_cli.data.download import extract
+
+    def write_archive(text: str, mtime_ns: int):
+        with tarfile.open(tmp_path / "corpus.tgz", "w:gz") as tar:
+            data = text.encode()
+            info = tarfile.TarInfo("train.de")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        os.utime(tmp_path / "corpus.tgz", ns=(mtime_ns, mtime_ns))
+
+    write_archive("alt\n", 10**18)
+    out = extract(tmp_path / "corpus.tgz", tmp_path / "extracted")
+    assert (out / "train.de").read_text() == "alt\n"
+    (out / "train.de").write_text("edited\n")  # the same archive again: nothing is unpacked
+    assert (extract(tmp_path / "corpus.tgz", out) / "train.de").read_text() == "edited\n"
+    write_archive("neu\n", 10**18 + 10**9)
+    assert (extract(tmp_path / "corpus.tgz", out) / "train.de").read_text() == "neu\n"
