@@ -18,6 +18,7 @@ sacreBLEU and chrF2 on the text as binarised (no subword or detokenization step)
 """
 
 import re
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -135,6 +136,13 @@ def check_generate_output(generate_output, data_dir, subset: str, meta: dict, be
     if not facts["hypotheses"]:
         raise ValueError(f"{generate_output} holds no hypotheses (H- lines): give the generate-SUBSET.txt that"
                          " fairseq-generate wrote (--results-path)")
+    if facts["subset"] is None:
+        raise ValueError(f"{generate_output} is incomplete: it lacks fairseq-generate's closing line ('Generate"
+                         f" {subset} with beam=N: ...'), so it was cut off or is still being written; give the"
+                         " complete file")
+    if facts["hypotheses"] < len(facts["sources"]):
+        raise ValueError(f"{generate_output} is incomplete: {len(facts['sources']) - facts['hypotheses']} of its"
+                         " source sentences have no hypothesis; give the complete file")
     if facts["subset"] is not None and facts["subset"] != subset:
         raise ValueError(f"{generate_output} translates the subset '{facts['subset']}', not '{subset}': pass"
                          f" --subset {facts['subset']}")
@@ -152,13 +160,35 @@ def check_generate_output(generate_output, data_dir, subset: str, meta: dict, be
     return facts
 
 
+def readable_again(path, scratch) -> Path:
+    """``path``, or where it is not a regular file (a pipe, ``<(...)``, a FIFO: each read would
+    see the rest of the stream, the second nothing), a copy of its text, read once, in the
+    folder ``scratch``."""
+    path = Path(path)
+    if path.is_file() or not path.exists():
+        return path
+    copy = Path(scratch) / "generate-output.txt"
+    copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    return copy
+
+
 def _same_source(printed: str, pieces: str) -> bool:
     """fairseq prints a source as binarised: the same pieces, with ``<unk>`` for unknown ones."""
     a, b = printed.split(), pieces.split()
     return len(a) == len(b) and all(x == y or x == "<unk>" for x, y in zip(a, b))
 
 
-def evaluate(
+def evaluate(*args, **kwargs) -> Dict:
+    """Translate ``subset`` with ``checkpoint`` (or read an existing fairseq-generate output)
+    and score it. Writes ``SUBSET.hyp`` and ``SUBSET.results.json`` to ``output_dir``, each
+    replaced in one rename. An existing output is checked first (:func:`check_generate_output`);
+    its own beam is reported (``beam`` None: whatever it was decoded with). Arguments: those
+    of :func:`_evaluate`."""
+    with tempfile.TemporaryDirectory(prefix="sret-evaluate-") as scratch:
+        return _evaluate(*args, scratch=scratch, **kwargs)
+
+
+def _evaluate(
     data_dir,
     checkpoint=None,
     subset: str = "test",
@@ -171,11 +201,9 @@ def evaluate(
     cpu: bool = False,
     extra_args: Sequence[str] = (),
     verbose: bool = False,
+    scratch=None,
 ) -> Dict:
-    """Translate ``subset`` with ``checkpoint`` (or read an existing fairseq-generate output)
-    and score it. Writes ``SUBSET.hyp`` and ``SUBSET.results.json`` to ``output_dir``, each
-    replaced in one rename. An existing output is checked first (:func:`check_generate_output`);
-    its own beam is reported (``beam`` None: whatever it was decoded with)."""
+    """:func:`evaluate`'s work; ``scratch``: a folder for a once-read copy of a piped output."""
     data_dir = Path(data_dir)
     meta = data_bin_metadata(data_dir)
     if subset not in meta["subsets"]:
@@ -191,7 +219,9 @@ def evaluate(
                                        max_tokens=max_tokens, batch_size=batch_size, cpu=cpu,
                                        extra_args=extra_args, verbose=verbose)
         speed = generation_speed(summary)
+        given = generate_output
     else:
+        given, generate_output = generate_output, readable_again(generate_output, scratch)
         facts = check_generate_output(generate_output, data_dir, subset, meta, beam)
         beam, lenpen = facts["beam"], None  # the file's own beam; its length penalty is not in it
     if meta.get("references") == "binarised":
@@ -214,7 +244,7 @@ def evaluate(
         "subset_name": meta["subsets"][subset].get("name", subset),
         "sentences": num,
         "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else None,
-        "generate_output": str(generate_output),
+        "generate_output": str(given),
         "hypotheses": str(output_dir / f"{subset}.hyp"),
         "beam": beam,
         "lenpen": lenpen,

@@ -91,3 +91,49 @@ def test_unknown_subset(tmp_path):
     data = make_data(tmp_path / "bin", meta, {})
     with pytest.raises(ValueError, match="valid"):
         evaluate(data, generate_output=tmp_path / "gen.txt", subset="valid")
+
+
+def wmt_data(tmp_path, refs):
+    meta = {"recipe": "wmt14", "source_lang": "en", "target_lang": "de", "spm_model": "spm.model",
+            "output": "detokenized", "scores": ["sacrebleu"], "subsets": {"test": {"name": "t", "reference": "text/test.raw.de"}}}
+    return make_data(tmp_path / "bin", meta, {"text/test.raw.de": refs, "text/test.sp.de": ["x"] * len(refs)})
+
+
+@pytest.mark.parametrize("cut", ["the closing line", "a hypothesis"])
+def test_an_incomplete_output_is_refused(tmp_path, cut):
+    """A generate output cut off (or still being written) would score its missing sentences as
+    empty: refused, naming the file."""
+    hyps = ["Er liest.", "Sie schreibt.", "Es regnet."]
+    data = wmt_data(tmp_path, hyps)
+    gen = generate_output(tmp_path / "gen.txt", hyps)
+    lines = gen.read_text().splitlines()
+    lines = lines[:-1] if cut == "the closing line" else [line for line in lines if not line.startswith("H-1\t")]
+    gen.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match="gen.txt is incomplete"):
+        evaluate(data, generate_output=gen, output_dir=tmp_path / "eval")
+    assert not (tmp_path / "eval").exists()
+
+
+def test_a_piped_output_is_read_once(tmp_path):
+    """``--generate-output <(cat generate-test.txt)``: a stream gives its text to the first
+    read only; the output is read once and scored as the file."""
+    import os
+    import threading
+
+    hyps = ["Er liest.", "Sie schreibt."]
+    data = wmt_data(tmp_path, ["Er liest ein Buch.", "Sie schreibt."])
+    gen = generate_output(tmp_path / "gen.txt", hyps)
+    expected = evaluate(data, generate_output=gen, output_dir=tmp_path / "file")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(gen.read_text()), daemon=True)
+    writer.start()
+    done = []  # a second read of the stream would wait for a writer that never comes
+    reader = threading.Thread(target=lambda: done.append(evaluate(data, generate_output=fifo,
+                                                                  output_dir=tmp_path / "piped")), daemon=True)
+    reader.start()
+    reader.join(120)
+    assert done, "evaluate() still reading the pipe"
+    report = done[0]
+    assert report["scores"] == expected["scores"] and report["generate_output"] == str(fifo)
+    assert (tmp_path / "piped/test.hyp").read_text() == (tmp_path / "file/test.hyp").read_text()
