@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import command_line, hardware_line, print_table, quiet_logging
+from fairseq_sret import json_text
 
 ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "transformer/fairseq/fp32",
         "transformer/ctranslate2/fp32", "transformer/ctranslate2/int8")
@@ -196,7 +197,7 @@ def run_row(row, args, threads):
                         "bleu": round(bleu.score, 2), "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
                         "sentences_per_s": round(len(hyps) / wall, 2),
                         "sentences_per_cpu_s": round(len(hyps) / cpu, 2)})
-        print(json.dumps(results[-1]), flush=True)
+        print(json_text.dumps(results[-1]), flush=True)
     return results
 
 
