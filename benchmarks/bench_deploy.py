@@ -29,6 +29,7 @@ Rows (``--rows``; default all that can run here):
 
 import argparse
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -209,12 +210,16 @@ def main(argv=None):
     results = []
     from fairseq_sret.fairseq_patches import CPUBF16Unsupported
 
+    # each row in a fresh process: CTranslate2 brings its own OpenMP runtime, beside which
+    # torch's threads slow down by an order of magnitude once they are more than one
+    spawn = multiprocessing.get_context("spawn")
     for threads in args.threads:
         for row in args.rows:
-            try:
-                results.extend(run_row(row, args, threads))
-            except CPUBF16Unsupported as refused:  # fairseq-generate --bf16 refuses it too
-                print(f"{row}: not measured on this processor: {refused}", flush=True)
+            with spawn.Pool(1) as pool:
+                try:
+                    results.extend(pool.apply(run_row, (row, args, threads)))
+                except CPUBF16Unsupported as refused:  # fairseq-generate --bf16 refuses it too
+                    print(f"{row}: not measured on this processor: {refused}", flush=True)
     print_table(f"beam {args.beam}, batches of {args.batch_size}", ["model / engine / precision", "threads", "subset",
                 "sentences", "sacreBLEU", "sentences/s", "sentences per CPU second"],
                 [[r["row"], r["threads"], r["subset"], r["sentences"], r["bleu"], r["sentences_per_s"],
