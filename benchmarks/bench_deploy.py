@@ -20,6 +20,11 @@ Rows (``--rows``; default all that can run here):
 - ``sret/fairseq/fp32|bf16|int8``: the SReT checkpoint through fairseq's SequenceGenerator,
   prepared as fairseq-generate prepares it; ``bf16`` is fairseq-generate's ``--bf16`` on the
   CPU, ``int8`` its ``--model-overrides "{'int8_in_generation': True}"``.
+- ``sret/pipeline/fp32|int8``: the SReT checkpoint exported (``sret-export-hf``'s function) and
+  run by transformers' ``pipeline("sret-translation")`` on the raw source text, batches of
+  ``--batch-size`` in its length order; ``int8`` loads the export with
+  ``TorchAoConfig(int8_config())``. ``sret/pipeline-given-order/fp32``: transformers' own
+  batching of the texts in file order (what the pipeline did before it sorted).
 - ``transformer/fairseq/fp32``: the transformer checkpoint the same way.
 - ``transformer/ctranslate2/fp32|int8``: the transformer converted with CTranslate2's own
   fairseq converter, run with ``compute_type`` fp32 or int8. SReT has no CTranslate2 rows:
@@ -28,6 +33,7 @@ Rows (``--rows``; default all that can run here):
 """
 
 import argparse
+import functools
 import json
 import multiprocessing
 import sys
@@ -40,8 +46,9 @@ import torch
 from benchmarks.common import command_line, hardware_line, print_table, quiet_logging
 from fairseq_sret import json_text
 
-ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "transformer/fairseq/fp32",
-        "transformer/ctranslate2/fp32", "transformer/ctranslate2/int8")
+ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "sret/pipeline/fp32", "sret/pipeline/int8",
+        "sret/pipeline-given-order/fp32", "transformer/fairseq/fp32", "transformer/ctranslate2/fp32",
+        "transformer/ctranslate2/int8")
 
 #: our precision names -> CTranslate2's compute types
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}
@@ -132,6 +139,41 @@ class FairseqEngine:
         return [hypotheses[i] for i in range(count)], seconds
 
 
+class PipelineEngine:
+    """The SReT checkpoint exported to transformers, translated by the sret-translation
+    pipeline (beam and lengths from the export's generation settings: fairseq-generate's)."""
+
+    def __init__(self, checkpoint, data_bin, precision, given_order):
+        import fairseq_sret.hf  # noqa: F401  (registers the model and the pipeline task)
+        from fairseq_sret.hf.convert import export_checkpoint
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+        folder = tempfile.mkdtemp(prefix="sret-hf-")
+        export_checkpoint(checkpoint, data_bin, folder)
+        options = {}
+        if precision == "int8":
+            from fairseq_sret.core.int8 import int8_config
+            from transformers import TorchAoConfig
+
+            options["quantization_config"] = TorchAoConfig(int8_config())
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder, **options).eval()
+        self.pipeline = pipeline("sret-translation", model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+        self.data_bin, self.given_order = Path(data_bin), given_order
+
+    def translate(self, subset, batch_size, limit):
+        from transformers import Pipeline
+
+        lines = (self.data_bin / "text" / f"{subset}.raw.{_source_language(self.data_bin)}").read_text(
+            encoding="utf-8").splitlines()
+        lines = lines[:limit] if limit else lines
+        call = functools.partial(Pipeline.__call__, self.pipeline) if self.given_order else self.pipeline
+        start = clock()
+        with torch.inference_mode():
+            results = call(lines, batch_size=batch_size)
+        seconds = clock() - start
+        return [r[0]["translation_text"] for r in results], seconds
+
+
 class CTranslate2Engine:
     """A fairseq transformer converted by CTranslate2's fairseq converter (once, fp32),
     quantized at load by ``compute_type``."""
@@ -185,6 +227,8 @@ def run_row(row, args, threads):
     torch.set_num_threads(threads)
     if engine == "ctranslate2":
         translator = CTranslate2Engine(checkpoint, args.data_bin, precision, args.beam, args.lenpen, threads)
+    elif engine.startswith("pipeline"):
+        translator = PipelineEngine(checkpoint, args.data_bin, precision, given_order=engine.endswith("given-order"))
     else:
         translator = FairseqEngine(checkpoint, args.data_bin, precision, args.beam, args.lenpen)
     from fairseq_sret_cli.evaluation.bleu import sacrebleu_detok
