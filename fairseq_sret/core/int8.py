@@ -26,13 +26,14 @@ def int8_config():
 
 def _quantizable(model: nn.Module) -> Callable[[nn.Module, str], bool]:
     embedding_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    return lambda module, name: isinstance(module, nn.Linear) and id(module.weight) not in embedding_weights
+    return lambda module, name: (isinstance(module, nn.Linear) and has_plain_weight(module)
+                                 and id(module.weight) not in embedding_weights)
 
 
 def quantize_int8_(model: nn.Module) -> nn.Module:
     """Quantize ``model``'s linear layers in place (:func:`int8_config`), except output
-    projections tied to an embedding; returns ``model``. For inference: the quantized layers
-    do not train."""
+    projections tied to an embedding and layers quantized already; returns ``model``. For
+    inference: the quantized layers do not train."""
     quantization = require("torchao.quantization", "int8 inference")
     quantization.quantize_(model, int8_config(), filter_fn=_quantizable(model))
     return model

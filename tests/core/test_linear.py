@@ -126,3 +126,15 @@ def test_quantized_cross_attention_projects_in_every_mode(mode):
     assert torch.equal(k, attention._split_heads(projected[:, 3:, 32:64]))
     assert torch.equal(v, attention._split_heads(projected[:, 3:, 64:]))
     assert out.shape == x.shape and torch.isfinite(out).all()
+
+
+def test_quantizing_twice_changes_nothing():
+    pytest.importorskip("torchao")
+    from fairseq_sret.core.int8 import quantize_int8_
+
+    torch.manual_seed(0)
+    model = quantize_int8_(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)))
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        once = model(x)
+        assert torch.equal(quantize_int8_(model)(x), once)

@@ -171,7 +171,8 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     # ------------------------------------------------------------ generation
     def prepare_for_inference_(self, cfg):
         """fairseq's preparation, after refusing the generation options this model cannot
-        honour (:data:`UNSUPPORTED_GENERATION`), by name."""
+        honour (:data:`UNSUPPORTED_GENERATION`), by name; then, with the model option
+        ``int8_in_generation``, the linear layers quantized to int8 (:mod:`~fairseq_sret.core.int8`)."""
         generation = getattr(cfg, "generation", None)
         for name, (default, why) in UNSUPPORTED_GENERATION.items():
             value = getattr(generation, name, default)
