@@ -34,7 +34,6 @@ Rows (``--rows``; default all that can run here):
 
 import argparse
 import functools
-import json
 import multiprocessing
 import sys
 import tempfile
@@ -148,7 +147,8 @@ class PipelineEngine:
         from fairseq_sret.hf.convert import export_checkpoint
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-        folder = tempfile.mkdtemp(prefix="sret-hf-")
+        self._export = tempfile.TemporaryDirectory(prefix="sret-hf-")  # removed with the engine
+        folder = self._export.name
         export_checkpoint(checkpoint, data_bin, folder)
         options = {}
         if precision == "int8":
@@ -163,9 +163,7 @@ class PipelineEngine:
     def translate(self, subset, batch_size, limit):
         from transformers import Pipeline
 
-        lines = (self.data_bin / "text" / f"{subset}.raw.{_source_language(self.data_bin)}").read_text(
-            encoding="utf-8").splitlines()
-        lines = lines[:limit] if limit else lines
+        lines = subset_lines(self.data_bin, subset, "raw", "source_lang", limit)
         call = functools.partial(Pipeline.__call__, self.pipeline) if self.given_order else self.pipeline
         start = clock()
         with torch.inference_mode():
@@ -175,29 +173,23 @@ class PipelineEngine:
 
 
 class CTranslate2Engine:
-    """A fairseq transformer converted by CTranslate2's fairseq converter (once, fp32),
-    quantized at load by ``compute_type``."""
-
-    _converted = {}
+    """A fairseq transformer converted by CTranslate2's fairseq converter (fp32, into a
+    temporary folder removed with the engine), quantized at load by ``compute_type``."""
 
     def __init__(self, checkpoint, data_bin, compute_type, beam, lenpen, threads):
         import ctranslate2
         from ctranslate2.converters import FairseqConverter
 
-        key = (str(checkpoint), str(data_bin))
-        if key not in self._converted:
-            folder = tempfile.mkdtemp(prefix="ct2-")
-            FairseqConverter(str(checkpoint), str(data_bin), user_dir=str(Path(__file__).resolve().parents[1] / "fairseq_sret"),
-                             unsafe_deserialization=True).convert(folder, force=True)
-            self._converted[key] = folder
-        self.translator = ctranslate2.Translator(self._converted[key], device="cpu", compute_type=CT2_COMPUTE_TYPES[compute_type],
+        self._converted = tempfile.TemporaryDirectory(prefix="ct2-")
+        FairseqConverter(str(checkpoint), str(data_bin), user_dir=str(Path(__file__).resolve().parents[1] / "fairseq_sret"),
+                         unsafe_deserialization=True).convert(self._converted.name, force=True)
+        self.translator = ctranslate2.Translator(self._converted.name, device="cpu",
+                                                 compute_type=CT2_COMPUTE_TYPES[compute_type],
                                                  intra_threads=threads, inter_threads=1)
         self.data_bin, self.beam, self.lenpen = Path(data_bin), beam, lenpen
 
     def translate(self, subset, batch_size, limit):
-        source = _source_language(self.data_bin)
-        lines = (self.data_bin / "text" / f"{subset}.sp.{source}").read_text(encoding="utf-8").splitlines()
-        lines = lines[:limit] if limit else lines
+        lines = subset_lines(self.data_bin, subset, "sp", "source_lang", limit)
         start = clock()
         results = self.translator.translate_batch([line.split() for line in lines], beam_size=self.beam,
                                                   length_penalty=self.lenpen, max_batch_size=batch_size,
@@ -206,18 +198,13 @@ class CTranslate2Engine:
         return [join_pieces(" ".join(r.hypotheses[0])) for r in results], seconds
 
 
-def _languages(data_bin: Path):
-    meta = json.loads((data_bin / "sret_data.json").read_text(encoding="utf-8"))
-    return meta["source_lang"], meta["target_lang"]
+def subset_lines(data_bin: Path, subset: str, kind: str, side: str, limit):
+    """The first ``limit`` lines (all: None) of the data-bin's ``text/SUBSET.KIND.LANG``, LANG
+    its metadata's ``side`` (``source_lang``, ``target_lang``)."""
+    from fairseq_sret_cli.data.common import read_metadata
+    from fairseq_sret_cli.data.io import read_lines
 
-
-def _source_language(data_bin: Path) -> str:
-    return _languages(data_bin)[0]
-
-
-def references(data_bin: Path, subset: str, limit):
-    target = _languages(data_bin)[1]
-    lines = (data_bin / "text" / f"{subset}.raw.{target}").read_text(encoding="utf-8").splitlines()
+    lines = read_lines(Path(data_bin) / "text" / f"{subset}.{kind}.{read_metadata(data_bin)[side]}")
     return lines[:limit] if limit else lines
 
 
@@ -236,7 +223,7 @@ def run_row(row, args, threads):
     results = []
     for subset in args.subsets:
         hyps, seconds = translator.translate(subset, args.batch_size, args.limit)
-        bleu = sacrebleu_detok(hyps, references(args.data_bin, subset, args.limit))
+        bleu = sacrebleu_detok(hyps, subset_lines(args.data_bin, subset, "raw", "target_lang", args.limit))
         wall, cpu = seconds
         results.append({"row": row, "threads": threads, "subset": subset, "sentences": len(hyps),
                         "bleu": round(bleu.score, 2), "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
