@@ -5,8 +5,9 @@
 - :class:`NonLinearProjection`: NLL.
 - :class:`SReTBlock`: the shared transformer layer.
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
-- :class:`SReTLayerSpec`: one translation layer as a typed value, built into a
-  :class:`Recursive` (what the NMT adapters read their options into).
+- :class:`EncoderDecoderSpec` / :class:`SideSpec` / :class:`SReTLayerSpec`: a translation
+  model's layers as typed values, built into :class:`Recursive` layers (what each NMT adapter
+  reads its framework's configuration into).
 - :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
   it runs), parsed and validated from user values in one place.
 - :func:`set_depth` / :func:`at_depth` / :class:`DepthControl` (:mod:`.depth`): run every
@@ -29,7 +30,7 @@ from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .fold import fold_lrc
 from .fused import lrc_add, lrc_add_norm
-from .layer_spec import SReTLayerSpec
+from .layer_spec import EncoderDecoderSpec, SideSpec, SReTLayerSpec
 from .mixed_depth import (
     DepthTerm, DepthWarmup, check_mixed_depth, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "DepthTerm",
     "DepthWarmup",
     "DropPath",
+    "EncoderDecoderSpec",
     "FeedForward",
     "FoldedResidual",
     "LearnableResidual",
@@ -54,6 +56,7 @@ __all__ = [
     "Recursive",
     "SReTBlock",
     "SReTLayerSpec",
+    "SideSpec",
     "SlicedGroupAttention",
     "at_depth",
     "check_depth",

@@ -1,13 +1,18 @@
-"""What one recursive SReT layer of a translation model is, as one typed value.
+"""What a translation model's recursive SReT layers are, as typed values.
 
-The framework adapters (the fairseq model, the transformers model) read their own options
-once into a :class:`SReTLayerSpec` per side and build every unique layer from it: options
--> spec -> modules, one direction. The spec holds the trained schedule at the depth that
-runs; the modules built from it keep that schedule in one place, their
-:class:`~fairseq_sret.core.Recursive` (which :func:`~fairseq_sret.core.set_depth` changes).
+The framework adapters (the fairseq model, the transformers model) are each one function from
+their framework's configuration to an :class:`EncoderDecoderSpec` (a :class:`SideSpec` per
+side, as fairseq's ``EncDecBaseConfig``), and every unique layer is built from it: options ->
+spec -> modules, one direction. The words are the core's on every side: ``recursions`` is how
+many applications a layer is built (and trained) with, one NLL each; ``depth`` how many of them
+run (depth on demand). The spec holds the trained schedule at the depth that runs; the modules
+built from it keep that schedule in one place, their :class:`~fairseq_sret.core.Recursive`
+(which :func:`~fairseq_sret.core.set_depth` changes).
 """
 
 from dataclasses import dataclass
+
+from torch import nn
 
 from .block import SReTBlock
 from .feedforward import NonLinearProjection
@@ -65,3 +70,40 @@ class SReTLayerSpec:
                     dropout=self.dropout, activation_dropout=self.activation_dropout,
                 )
         return Recursive(block, self.schedule, make_nll, checkpoint=self.checkpoint)
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """One side of an encoder-decoder: ``layers`` unique layers, each built from ``layer``."""
+
+    layer: SReTLayerSpec
+    layers: int
+
+    @property
+    def recursions(self) -> int:
+        """The applications each layer is built (and trained) with."""
+        return len(self.layer.schedule)
+
+    @property
+    def depth(self) -> int:
+        """How many of them run."""
+        return self.layer.schedule.depth
+
+    def build(self) -> nn.ModuleList:
+        """The side's freshly initialised layers, in order."""
+        return nn.ModuleList(self.layer.build() for _ in range(self.layers))
+
+
+@dataclass(frozen=True)
+class EncoderDecoderSpec:
+    """The layers of a translation model: the encoder's (``causal=False``, no cross-attention)
+    and the decoder's."""
+
+    encoder: SideSpec
+    decoder: SideSpec
+
+    def side(self, name: str) -> SideSpec:
+        """``"encoder"`` or ``"decoder"``."""
+        if name not in ("encoder", "decoder"):
+            raise ValueError(f"side must be 'encoder' or 'decoder', got {name!r}")
+        return getattr(self, name)

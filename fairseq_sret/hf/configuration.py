@@ -17,7 +17,7 @@ The fields are the fairseq options of the trained model under the same names (wh
 
 from transformers import PretrainedConfig
 
-from ..core import RecursionSchedule, SReTLayerSpec, check_depth, get_activation
+from ..core import EncoderDecoderSpec, RecursionSchedule, SideSpec, SReTLayerSpec, check_depth, get_activation
 
 SIDES = ("encoder", "decoder")
 
@@ -92,9 +92,9 @@ class SReTConfig(PretrainedConfig):
 
     def validate_sret(self) -> None:
         """Fail, naming the field, for every configuration the model cannot be built with (the
-        depths are checked where the model is built, also after ``from_pretrained`` overrides)."""
+        depths are checked again where the model is built, after ``from_pretrained`` overrides)."""
         for side in SIDES:
-            self.schedule(side)
+            read_side_spec(self, side)
             dim, heads = getattr(self, f"{side}_embed_dim"), getattr(self, f"{side}_attention_heads")
             if heads < 1 or dim % heads:
                 raise ValueError(f"{side}_attention_heads={heads} must be >= 1 and divide {side}_embed_dim={dim}")
@@ -112,22 +112,28 @@ class SReTConfig(PretrainedConfig):
             )
         get_activation(self.activation_fn)
 
-    def layer_spec(self, side: str) -> SReTLayerSpec:
-        """``side``'s unique layer as the core builds it (the same spec the fairseq adapter reads
-        from its options): the trained schedule, every application running."""
-        return SReTLayerSpec(
-            embed_dim=getattr(self, f"{side}_embed_dim"), num_heads=getattr(self, f"{side}_attention_heads"),
-            ffn_dim=getattr(self, f"{side}_ffn_embed_dim"), schedule=self.schedule(side), causal=side == "decoder",
-            cross_attention=side == "decoder", normalize_before=getattr(self, f"{side}_normalize_before"),
-            lrc=self.lrc, nll_ratio=self.nll_ratio, activation=self.activation_fn, dropout=self.dropout,
-            attention_dropout=self.attention_dropout, activation_dropout=self.activation_dropout,
-        )
 
-    def schedule(self, side: str) -> RecursionSchedule:
-        """``side``'s recursion schedule as trained (every application runs), parsed and checked by
-        the core's one parser; errors name the fields (``encoder_groups``, ...)."""
-        names = {name: f"{side}_{name}" for name in ("recursions", "groups", "partition")}
-        return RecursionSchedule.parse(
-            getattr(self, f"{side}_recursions"), groups=getattr(self, f"{side}_groups"),
-            partition=getattr(self, f"{side}_partition"), causal=side == "decoder", names=names,
-        )
+def read_spec(config: SReTConfig) -> EncoderDecoderSpec:
+    """The transformers adapter's reading of its configuration: the core's spec of the model's
+    layers, the one the fairseq adapter reads from the options of the model exported
+    (:func:`fairseq_sret.models.sret_transformer.read_spec`); errors name the fields."""
+    return EncoderDecoderSpec(*(read_side_spec(config, side) for side in SIDES))
+
+
+def read_side_spec(config: SReTConfig, side: str) -> SideSpec:
+    """``side``'s layers: the trained schedule (``{side}_recursions`` applications, parsed once
+    by the core's one parser) running ``{side}_depth`` of them (None: all)."""
+    names = {name: f"{side}_{name}" for name in ("recursions", "groups", "partition", "depth")}
+    schedule = RecursionSchedule.parse(
+        getattr(config, f"{side}_recursions"), groups=getattr(config, f"{side}_groups"),
+        partition=getattr(config, f"{side}_partition"), causal=side == "decoder", names=names,
+        depth=getattr(config, f"{side}_depth"),
+    )
+    layer = SReTLayerSpec(
+        embed_dim=getattr(config, f"{side}_embed_dim"), num_heads=getattr(config, f"{side}_attention_heads"),
+        ffn_dim=getattr(config, f"{side}_ffn_embed_dim"), schedule=schedule, causal=side == "decoder",
+        cross_attention=side == "decoder", normalize_before=getattr(config, f"{side}_normalize_before"),
+        lrc=config.lrc, nll_ratio=config.nll_ratio, activation=config.activation_fn, dropout=config.dropout,
+        attention_dropout=config.attention_dropout, activation_dropout=config.activation_dropout,
+    )
+    return SideSpec(layer=layer, layers=getattr(config, f"{side}_layers"))

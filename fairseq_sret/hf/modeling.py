@@ -27,7 +27,7 @@ from transformers.utils import logging
 from ..core import LearnableResidual
 from ..core.depth import DepthControl, recursions_of, set_depth
 from ..core.mixed_depth import untrained_depth_warning
-from .configuration import SIDES, SReTConfig
+from .configuration import SIDES, SReTConfig, read_side_spec
 
 logger = logging.get_logger(__name__)
 
@@ -186,7 +186,7 @@ class _Stack(nn.Module):
             )
         self.layernorm_embedding = nn.LayerNorm(dim) if config.layernorm_embedding else None
         self.dropout = nn.Dropout(config.dropout)
-        self.layers = nn.ModuleList([config.layer_spec(side).build() for _ in range(getattr(config, f"{side}_layers"))])
+        self.layers = read_side_spec(config, side).build()
 
     def _finish_embedding(self, x: Tensor, positions: Optional[Tensor]) -> Tensor:
         if positions is not None:

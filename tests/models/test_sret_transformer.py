@@ -162,3 +162,20 @@ def test_lrc_coefficients_listed():
     coeffs = model.lrc_coefficients()
     assert coeffs and all(v == 1.0 for v in coeffs.values())
     assert any("nlls" in k for k in coeffs)
+
+
+def test_encoder_and_decoder_build_from_their_configuration_alone():
+    """fairseq's ``build_encoder``/``build_decoder`` read their side's spec from the configuration
+    they are given (no state of a model being built): called on their own, as fairseq's hooks
+    may be, they build the same layers as the model."""
+    from fairseq_sret.models.sret_transformer import SReTTransformerModel
+
+    model, task = build("sret_transformer", **SMALL, encoder_groups="2,1", decoder_recursions=3)
+    encoder = SReTTransformerModel.build_encoder(model.args, task.source_dictionary, model.encoder.embed_tokens)
+    decoder = SReTTransformerModel.build_decoder(model.args, task.target_dictionary, model.decoder.embed_tokens)
+    for built, original in ((encoder, model.encoder), (decoder, model.decoder)):
+        assert len(built.layers) == len(original.layers) == 2
+        assert [layer.recursive.schedule for layer in built.layers] == [
+            layer.recursive.schedule for layer in original.layers]
+        assert ({name: p.shape for name, p in built.named_parameters()}
+                == {name: p.shape for name, p in original.named_parameters()})

@@ -1,6 +1,6 @@
 """The Sliced Recursive Transformer for fairseq (``--arch sret_transformer_*``), laid out as
 fairseq's ``models/transformer`` package: :mod:`.options` (the options and their defaults),
-:mod:`.spec` (the options read once into a typed spec per side, with every check),
+:mod:`.spec` (the options read into the core's typed spec, one side at a time, with every check),
 :mod:`.trained_depth` (depth on demand across checkpoints), :mod:`.dictionaries` (the
 trained dictionaries' fingerprints), :mod:`.hydra_config` (a YAML ``model:`` section read as
 the command line), :mod:`.layers` (fairseq's layer interface over the core layer),
@@ -9,7 +9,7 @@ architectures).
 """
 
 from .options import SReTOptions, sret_base_architecture  # noqa: F401
-from .spec import TranslationSpec, check_sret_options, read_spec, recursion_schedule  # noqa: F401
+from .spec import check_sret_options, read_side_spec, read_spec, recursion_schedule  # noqa: F401
 from .trained_depth import check_checkpoint_recursions, record_trained_recursions  # noqa: F401
 from .layers import SReTDecoderLayer, SReTEncoderLayer  # noqa: F401
 from .model import SReTTransformerDecoder, SReTTransformerEncoder, SReTTransformerModel  # noqa: F401

@@ -5,12 +5,11 @@ are fairseq's own (we subclass its transformer); only the layers differ
 (:mod:`.layers`).
 """
 
-import contextlib
-import contextvars
+import copy
 import re
 from argparse import Namespace
 from types import SimpleNamespace
-from typing import Dict, Iterator
+from typing import Dict
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
@@ -22,7 +21,7 @@ from fairseq.models.transformer import (
 )
 from omegaconf import OmegaConf
 
-from ...core import SReTLayerSpec, fold_lrc
+from ...core import SideSpec, fold_lrc
 from ...core.depth import DepthControl
 from ...core.int8 import quantize_int8_
 from ...core.mixed_depth import check_depth_options
@@ -31,53 +30,41 @@ from .dictionaries import DICTIONARY_FINGERPRINTS, check_dictionaries
 from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
 from .options import SReTOptions, sret_base_architecture
-from .spec import TranslationSpec, read_spec
+from .spec import check_model_options, read_side_spec
 from .trained_depth import record_trained_recursions, warn_untrained_depth
 
-#: the spec of the model being built: fairseq's build_model hands build_encoder/_decoder its
-#: own TransformerConfig, so the spec read from the options travels beside it
-_BUILDING: contextvars.ContextVar = contextvars.ContextVar("sret_transformer_spec", default=None)
-
-
-@contextlib.contextmanager
-def _building(spec: TranslationSpec) -> Iterator[None]:
-    token = _BUILDING.set(spec)
-    try:
-        yield
-    finally:
-        _BUILDING.reset(token)
-
-
-def _spec_being_built() -> TranslationSpec:
-    spec = _BUILDING.get()
-    if spec is None:
-        raise RuntimeError("sret_transformer encoders and decoders are built by SReTTransformerModel.build_model,"
-                           " which reads the options into their spec")
-    return spec
+def with_side_spec(cfg: TransformerConfig, side: str, spec: SideSpec) -> TransformerConfig:
+    """A copy of fairseq's configuration whose ``side`` part (fairseq's ``EncDecBaseConfig``)
+    carries that side's SReT spec as ``sret``: what fairseq hands its layer hook
+    (``build_encoder_layer(cfg)``, called by its constructor once per layer)."""
+    cfg = copy.copy(cfg)
+    per_side = copy.copy(getattr(cfg, side))
+    per_side.sret = spec
+    object.__setattr__(cfg, side, per_side)
+    return cfg
 
 
 class SReTTransformerEncoder(TransformerEncoderBase):
-    """fairseq's encoder (embeddings, positions, final norm) with ``cfg.encoder_layers``
-    SReT layers, each built from ``layer_spec``."""
+    """fairseq's encoder (embeddings, positions, final norm) with ``side.layers`` SReT
+    layers, each built from ``side.layer``."""
 
-    def __init__(self, cfg, layer_spec: SReTLayerSpec, dictionary, embed_tokens):
-        self.layer_spec = layer_spec  # read by build_encoder_layer, called by fairseq's __init__
-        super().__init__(cfg, dictionary, embed_tokens)
+    def __init__(self, cfg, side: SideSpec, dictionary, embed_tokens):
+        super().__init__(with_side_spec(cfg, "encoder", side), dictionary, embed_tokens)
 
     def build_encoder_layer(self, cfg):
-        return SReTEncoderLayer(self.layer_spec)
+        return SReTEncoderLayer(cfg.encoder.sret.layer)
 
 
 class SReTTransformerDecoder(TransformerDecoderBase):
-    """fairseq's decoder (embeddings, positions, output projection) with SReT layers built
-    from ``layer_spec``."""
+    """fairseq's decoder (embeddings, positions, output projection) with ``side.layers`` SReT
+    layers, each built from ``side.layer``."""
 
-    def __init__(self, cfg, layer_spec: SReTLayerSpec, dictionary, embed_tokens, no_encoder_attn=False):
-        self.layer_spec = layer_spec
-        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+    def __init__(self, cfg, side: SideSpec, dictionary, embed_tokens, no_encoder_attn=False):
+        super().__init__(with_side_spec(cfg, "decoder", side), dictionary, embed_tokens,
+                         no_encoder_attn=no_encoder_attn)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return SReTDecoderLayer(self.layer_spec)
+        return SReTDecoderLayer(cfg.decoder.sret.layer)
 
 
 @register_model("sret_transformer")
@@ -107,31 +94,33 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         """fairseq's ``TransformerModel.build_model`` (embeddings, their sharing or merging,
-        positions, every inherited option) after the SReT defaults; the SReT options are read
-        once, here, into the spec the layers are built from."""
+        positions, every inherited option) after the SReT defaults and the checks of the options
+        that are not one side's layers; each side's options are read into its spec once, by
+        :meth:`build_encoder` and :meth:`build_decoder`, which fairseq calls."""
         if OmegaConf.is_config(args):  # fairseq-hydra-train's `model:` section, or its checkpoint
             args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
         record_trained_recursions(args)
-        spec = read_spec(args)
+        check_model_options(args)
         check_dictionaries(args, task)
+        model = super().build_model(args, task)
         # the mixed-depth criterion's options, given on the same command line: checked before
-        # training starts (the criterion itself sees the model only at the first step)
+        # training starts (the criterion itself sees the model only at the first step), after
+        # the schedules, whose errors say what a checkpoint without a trained count needs
         check_depth_options(getattr(args, "mixed_depth", None), getattr(args, "depth_warmup", None),
                             (args.encoder_trained_recursions, args.decoder_trained_recursions))
         warn_untrained_depth(args)
-        with _building(spec):
-            return super().build_model(args, task)
+        return model
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return SReTTransformerEncoder(TransformerConfig.from_namespace(cfg), _spec_being_built().encoder,
-                                      src_dict, embed_tokens)
+        cfg = TransformerConfig.from_namespace(cfg)
+        return SReTTransformerEncoder(cfg, read_side_spec(cfg, "encoder"), src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(cfg)
-        return SReTTransformerDecoder(cfg, _spec_being_built().decoder, tgt_dict, embed_tokens,
+        return SReTTransformerDecoder(cfg, read_side_spec(cfg, "decoder"), tgt_dict, embed_tokens,
                                       no_encoder_attn=cfg.no_cross_attention)
 
     # ------------------------------------------------------------ depth on demand

@@ -1,49 +1,49 @@
-"""Reading sret_transformer's options once: fairseq's flat options (``--encoder-recursions``,
-``--decoder-groups``, ...) -> one typed :class:`~fairseq_sret.core.SReTLayerSpec` per side
-(:func:`read_spec`), every invalid configuration failing here, at model build, naming the
-option. The layers are built from the spec, never from the options again."""
+"""The fairseq adapter's reading of its options: fairseq's flat options
+(``--encoder-recursions``, ``--decoder-groups``, ...) -> the core's typed
+:class:`~fairseq_sret.core.EncoderDecoderSpec` (:func:`read_spec`; one side:
+:func:`read_side_spec`), a pure function on the options (an ``argparse.Namespace``, or the
+``TransformerConfig`` fairseq builds from it). Every invalid configuration fails here, at model
+build, naming the option; the layers are built from the spec, never from the options again.
+
+fairseq's words for the depth are kept for its command line and its checkpoints:
+``--{side}-recursions`` is the depth that runs (the spec's ``depth``) and
+``{side}_trained_recursions`` (recorded at the first build) the applications the layers are
+built with (the spec's ``recursions``, as in the transformers configuration).
+"""
 
 import math
-from dataclasses import dataclass
 
-from ...core import RecursionSchedule, SReTLayerSpec, get_activation
+from ...core import EncoderDecoderSpec, RecursionSchedule, SideSpec, SReTLayerSpec, get_activation
 
-
-@dataclass(frozen=True)
-class TranslationSpec:
-    """The unique encoder and decoder layer of an sret_transformer, and how many of each."""
-
-    encoder: SReTLayerSpec
-    decoder: SReTLayerSpec
-    encoder_layers: int
-    decoder_layers: int
+SIDES = ("encoder", "decoder")
 
 
-def read_spec(args) -> TranslationSpec:
+def read_spec(args) -> EncoderDecoderSpec:
     """The spec of ``args`` (defaults filled by :func:`~.options.sret_base_architecture`,
     trained recursions recorded); ValueError naming the option for anything invalid."""
-    check_sret_options(args)
-    return TranslationSpec(
-        encoder=_layer_spec(args, "encoder", cross_attention=False),
-        decoder=_layer_spec(args, "decoder", cross_attention=not getattr(args, "no_cross_attention", False)),
-        encoder_layers=args.encoder_layers,
-        decoder_layers=args.decoder_layers,
-    )
+    check_model_options(args)
+    return EncoderDecoderSpec(*(read_side_spec(args, side) for side in SIDES))
 
 
-def _layer_spec(args, side: str, cross_attention: bool) -> SReTLayerSpec:
-    option = {name: getattr(args, f"{side}_{name}") for name in
-              ("embed_dim", "attention_heads", "ffn_embed_dim", "normalize_before")}
+def check_sret_options(args) -> None:
+    """Fail, naming the option, for every invalid SReT configuration (:func:`read_spec`)."""
+    read_spec(args)
+
+
+def read_side_spec(args, side: str) -> SideSpec:
+    """``side``'s layers (its schedule parsed once); ValueError naming the option."""
+    schedule = recursion_schedule(args, side)
+    _check_side_options(args, side)
     # fairseq's older name of the activation dropout counts when --activation-dropout is 0
     activation_dropout = args.activation_dropout or getattr(args, "relu_dropout", None) or 0.0
-    return SReTLayerSpec(
-        embed_dim=option["embed_dim"],
-        num_heads=option["attention_heads"],
-        ffn_dim=option["ffn_embed_dim"],
-        schedule=recursion_schedule(args, side),
+    layer = SReTLayerSpec(
+        embed_dim=getattr(args, f"{side}_embed_dim"),
+        num_heads=getattr(args, f"{side}_attention_heads"),
+        ffn_dim=getattr(args, f"{side}_ffn_embed_dim"),
+        schedule=schedule,
         causal=side == "decoder",
-        cross_attention=cross_attention,
-        normalize_before=(not args.post_ln) and option["normalize_before"],
+        cross_attention=side == "decoder" and not getattr(args, "no_cross_attention", False),
+        normalize_before=(not args.post_ln) and getattr(args, f"{side}_normalize_before"),
         lrc=not args.no_lrc,
         nll_ratio=args.nll_ratio,
         activation=args.activation_fn,
@@ -52,6 +52,7 @@ def _layer_spec(args, side: str, cross_attention: bool) -> SReTLayerSpec:
         activation_dropout=activation_dropout,
         checkpoint=args.checkpoint_recursions,
     )
+    return SideSpec(layer=layer, layers=getattr(args, f"{side}_layers"))
 
 
 def recursion_schedule(args, side: str) -> RecursionSchedule:
@@ -101,22 +102,23 @@ def _listed(value) -> int:
     return len(value) if isinstance(value, (list, tuple)) else 1
 
 
-def check_sret_options(args) -> None:
-    """Fail at model build, naming the option, for every invalid SReT configuration."""
-    for side in ("encoder", "decoder"):
-        recursion_schedule(args, side)  # each side's schedule options, named in its errors
-        dim = getattr(args, f"{side}_embed_dim")
-        heads = getattr(args, f"{side}_attention_heads")
-        if heads < 1 or dim % heads != 0:
-            raise ValueError(
-                f"--{side}-attention-heads={heads} must be >= 1 and divide --{side}-embed-dim={dim}"
-            )
-        if getattr(args, f"{side}_layers") < 1:
-            raise ValueError(f"--{side}-layers must be >= 1")
-        if getattr(args, f"{side}_ffn_embed_dim") < 1:
-            raise ValueError(f"--{side}-ffn-embed-dim must be >= 1, got {getattr(args, f'{side}_ffn_embed_dim')}")
-        if getattr(args, f"{side}_layers_to_keep", None):
-            raise ValueError(f"--{side}-layers-to-keep (LayerDrop pruning) is not supported by sret_transformer")
+def _check_side_options(args, side: str) -> None:
+    dim = getattr(args, f"{side}_embed_dim")
+    heads = getattr(args, f"{side}_attention_heads")
+    if heads < 1 or dim % heads != 0:
+        raise ValueError(
+            f"--{side}-attention-heads={heads} must be >= 1 and divide --{side}-embed-dim={dim}"
+        )
+    if getattr(args, f"{side}_layers") < 1:
+        raise ValueError(f"--{side}-layers must be >= 1")
+    if getattr(args, f"{side}_ffn_embed_dim") < 1:
+        raise ValueError(f"--{side}-ffn-embed-dim must be >= 1, got {getattr(args, f'{side}_ffn_embed_dim')}")
+    if getattr(args, f"{side}_layers_to_keep", None):
+        raise ValueError(f"--{side}-layers-to-keep (LayerDrop pruning) is not supported by sret_transformer")
+
+
+def check_model_options(args) -> None:
+    """Fail, naming the option, for the invalid options that are not one side's layers."""
     if not math.isfinite(args.nll_ratio) or args.nll_ratio < 0:
         raise ValueError(f"--nll-ratio must be a finite number >= 0 (0 disables the NLL), got {args.nll_ratio}")
     if args.encoder_embed_dim != args.decoder_embed_dim and not getattr(args, "no_cross_attention", False):
