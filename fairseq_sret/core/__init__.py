@@ -19,10 +19,14 @@
 - :func:`fold_lrc`: an inference copy with the LRC coefficients folded into weights.
 - :func:`lrc_add` / :func:`lrc_add_norm` (:mod:`.fused`): residual + LRC (+ LayerNorm) as one
   operation, a Triton kernel on CUDA.
+- :class:`BlockCache` / :class:`AttentionCache` / :class:`KeyValues` (:mod:`.cache`): the
+  incremental-decoding state, per recursion of each shared layer, that fairseq's incremental
+  state and transformers' ``Cache`` both hold.
 - :func:`fast_paths` (:mod:`.config`): the run-time switches of the fast paths.
 """
 
-from .attention import SlicedGroupAttention, reorder_cache
+from .attention import SlicedGroupAttention
+from .cache import AttentionCache, BlockCache, KeyValues
 from .block import SReTBlock
 from .config import fast_paths
 from .depth import DepthControl, at_depth, set_depth
@@ -41,6 +45,8 @@ from .residual import FoldedResidual, LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep, check_depth
 
 __all__ = [
+    "AttentionCache",
+    "BlockCache",
     "DepthControl",
     "DepthTerm",
     "DepthWarmup",
@@ -48,6 +54,7 @@ __all__ = [
     "EncoderDecoderSpec",
     "FeedForward",
     "FoldedResidual",
+    "KeyValues",
     "LearnableResidual",
     "NonLinearProjection",
     "PARTITION_MODES",
@@ -71,6 +78,5 @@ __all__ = [
     "mixed_depth_loss",
     "parse_depth_warmup",
     "parse_mixed_depth",
-    "reorder_cache",
     "set_depth",
 ]

@@ -4,21 +4,19 @@ Used by the NMT encoder (self-attention), the NMT decoder (causal self-attention
 incremental cache, and cross-attention) and the vision models.
 """
 
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cache import AttentionCache
 from .config import ONE_QUERY_MATMUL, get_fast_paths, is_compiling
 from .linear import has_plain_weight, linear
 from .partition import cached_group_mask, cached_partition, compute_partition, group_of_position
 from .schedule import RecursionSchedule, RecursionStep
 
-AttentionCache = Dict[str, Tensor]  # plus the flags STATIC_KV and EVERY_ROW_HAS_KEY of cross-attention caches
-STATIC_KV = "static_kv"
-EVERY_ROW_HAS_KEY = "every_row_has_key"
 
 # Sliced attention over sequences of at most this many tokens runs as one attention kernel
 # over the whole sequence with a group mask (the same function) instead of packing the
@@ -204,9 +202,9 @@ class SlicedGroupAttention(nn.Module):
             recursion: the current application of the shared layer, a
                 :class:`RecursionStep` or its index (:meth:`step`); selects the group
                 count and partition mode.
-            cache: a dict owned by the caller for incremental decoding (one per layer
-                application). Self-attention appends this step's keys and values;
-                cross-attention stores the projected memory once.
+            cache: an :class:`~fairseq_sret.core.cache.AttentionCache` owned by the caller
+                for incremental decoding (one per layer application). Self-attention appends
+                this step's keys and values; cross-attention stores the projected memory once.
         Returns:
             (B, L, C)
         """
@@ -367,10 +365,7 @@ class SlicedGroupAttention(nn.Module):
                 " deterministic strided partition); call model.eval() before decoding"
             )
         q, k, v = (self._split_heads(t) for t in linear(x, self.qkv).chunk(3, dim=-1))
-        if "k" in cache:
-            k = torch.cat([cache["k"], k], dim=2)
-            v = torch.cat([cache["v"], v], dim=2)
-        cache["k"], cache["v"] = k, v
+        k, v = cache.key_values.update(k, v)
         total, new = k.size(2), q.size(2)
         key_padding_mask = self._extend_cached_padding(key_padding_mask, cache, total, new)
         if new == 1 and key_padding_mask is None and groups == 1:
@@ -394,7 +389,7 @@ class SlicedGroupAttention(nn.Module):
         key_padding_mask: Optional[Tensor], cache: AttentionCache, total: int, new: int
     ) -> Optional[Tensor]:
         """Padding mask over cache + new steps; accepts a mask for the new steps only."""
-        cached = cache.get("key_padding_mask")
+        cached = cache.key_padding_mask
         if key_padding_mask is None and cached is None:
             return None
         if key_padding_mask is not None and key_padding_mask.size(1) == total:
@@ -412,18 +407,18 @@ class SlicedGroupAttention(nn.Module):
                     f" {new} (new steps) or {total} (cache + new steps)"
                 )
             full = torch.cat([cached, key_padding_mask], dim=1)
-        cache["key_padding_mask"] = full
+        cache.key_padding_mask = full
         return full
 
     def _forward_cross(
         self, x: Tensor, memory: Optional[Tensor], key_padding_mask: Optional[Tensor],
         cache: Optional[AttentionCache],
     ) -> Tensor:
-        if cache is not None and "k" in cache:
-            k, v = cache["k"], cache["v"]
-            if EVERY_ROW_HAS_KEY in cache:
-                mask, every_row_has_key = cache.get("mask"), cache[EVERY_ROW_HAS_KEY]
-            else:  # a cache that keeps only the keys and values (transformers' Cache classes)
+        if cache is not None and len(cache):
+            k, v = cache.key_values.keys, cache.key_values.values
+            if cache.is_static:
+                mask, every_row_has_key = cache.memory_mask, cache.every_row_has_key
+            else:  # keys and values kept by an earlier call (a transformers Cache): the call's mask
                 mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
                 every_row_has_key = False
         else:
@@ -437,10 +432,8 @@ class SlicedGroupAttention(nn.Module):
                 # computed, and checked for sources that are all padding, once
                 every_row_has_key = mask is None or (not is_compiling() and bool(mask.any(dim=-1).all()))
                 # contiguous once, so that no decoding step copies them for its matrix products
-                k, v = k.contiguous(), v.contiguous()
-                cache.update({"k": k, "v": v, STATIC_KV: True, EVERY_ROW_HAS_KEY: every_row_has_key})
-                if mask is not None:
-                    cache["mask"] = mask
+                k, v = cache.key_values.update(k.contiguous(), v.contiguous())
+                cache.memory_mask, cache.every_row_has_key = mask, every_row_has_key
         q = self._project_q(x)
         out = self._attend(q, k, v, mask, is_causal=False, every_row_has_key=every_row_has_key)
         return linear(self._merge_heads(out), self.out_proj)
@@ -483,23 +476,3 @@ def _self_attention(
 
 
 torch.fx.wrap("_self_attention")
-
-
-def reorder_cache(cache: AttentionCache, new_order: Tensor) -> None:
-    """Select batch entries of an incremental cache in place (beam search reordering).
-
-    The keys, values and padding mask of a cross-attention cache (flagged ``STATIC_KV``) are
-    only selected when the batch changes size, exactly like fairseq's own encoder-decoder attention
-    (``MultiheadAttention.reorder_incremental_state``): a beam search reorders hypotheses
-    within their sentence, whose rows hold the same encoder output, and shrinks the batch
-    when sentences finish. This saves copying every cached encoder key and value at every
-    decoding step. (Like fairseq's, it assumes that a same-size reordering keeps every
-    hypothesis with its sentence, as fairseq's ``SequenceGenerator`` does.)
-    """
-    static = cache.get(STATIC_KV, False)
-    for name, value in list(cache.items()):
-        if not isinstance(value, Tensor):
-            continue
-        if static and name in ("k", "v", "mask") and value.size(0) == new_order.numel():
-            continue
-        cache[name] = value.index_select(0, new_order)

@@ -1,17 +1,17 @@
 """The transformer layer that SReT re-applies (paper Eq. 1 with LRC, Eq. 7)."""
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from torch import Tensor, nn
 
-from .attention import AttentionCache, SlicedGroupAttention
+from .attention import SlicedGroupAttention
+from .cache import AttentionCache, BlockCache
 from .drop_path import DropPath
 from .feedforward import FeedForward
 from .fold import FoldsLRC
 from .residual import LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep
 
-BlockCache = Dict[str, AttentionCache]
 
 
 class SReTBlock(FoldsLRC, nn.Module):
@@ -90,8 +90,8 @@ class SReTBlock(FoldsLRC, nn.Module):
         encoder output's keys and values are the same in every application (the same
         weights project the same memory), so the first application computes them and the
         others read them."""
-        cross: AttentionCache = {}
-        return [{"cross_attn": cross} if self.cross_attn is not None else {} for _ in range(applications)]
+        cross = AttentionCache() if self.cross_attn is not None else None
+        return [BlockCache(cross_attn=cross) for _ in range(applications)]
 
     def lrc_sublayers(self):
         """(LayerNorm, residual, last linear of the branch) per residual sub-layer, in order
@@ -128,8 +128,8 @@ class SReTBlock(FoldsLRC, nn.Module):
         ``recursion``: this application's :class:`RecursionStep` (or its recursion index),
         passed to every sub-module.
 
-        ``cache`` (incremental decoding) is a dict owned by the caller for this application
-        of the layer; it holds one attention cache per attention module.
+        ``cache`` (incremental decoding): this application's :class:`~fairseq_sret.core.cache.BlockCache`,
+        owned by the caller; one attention cache per attention module.
 
         Pre-LN only, for callers that chain layers through the fused residual + LayerNorm
         kernel (:class:`Recursive` does): ``normed`` is ``self.self_attn_norm(x)``, already
@@ -142,8 +142,9 @@ class SReTBlock(FoldsLRC, nn.Module):
         """
         self_cache = cross_cache = None
         if cache is not None:
-            self_cache = cache.setdefault("self_attn", {})
-            cross_cache = cache.setdefault("cross_attn", {})
+            if self.cross_attn is not None and cache.cross_attn is None:
+                cache.cross_attn = AttentionCache()
+            self_cache, cross_cache = cache.self_attn, cache.cross_attn
 
         def self_attn(h: Tensor) -> Tensor:
             return self.self_attn(h, key_padding_mask=key_padding_mask, recursion=recursion, cache=self_cache)

@@ -5,7 +5,7 @@ from typing import Any, Callable, List, Optional, Union
 import torch.utils.checkpoint
 from torch import Tensor, nn
 
-from .attention import reorder_cache
+from .cache import BlockCache
 from .config import is_fx_tracing
 from .fused import fused_kernels_active
 from .schedule import RecursionSchedule, RecursionStep, check_depth
@@ -61,22 +61,22 @@ class Recursive(nn.Module):
         """Applications that run."""
         return self.schedule.depth
 
-    def new_caches(self) -> List[dict]:
+    def new_caches(self) -> List[BlockCache]:
         """Empty incremental caches, one per application (the layer's ``new_caches`` when it
         has one: an :class:`~fairseq_sret.core.SReTBlock` shares its cross-attention cache)."""
         make = getattr(self.layer, "new_caches", None)
-        return make(self.recursions) if callable(make) else [{} for _ in range(self.recursions)]
+        return make(self.recursions) if callable(make) else [BlockCache() for _ in range(self.recursions)]
 
     @staticmethod
-    def reorder_caches(caches: List[dict], new_order: Tensor) -> None:
+    def reorder_caches(caches: List[BlockCache], new_order: Tensor) -> None:
         """Beam-search reordering of :meth:`new_caches`' caches in place, each attention cache
-        once however many applications share it (:func:`~fairseq_sret.core.reorder_cache`)."""
+        once however many applications share it (:meth:`~fairseq_sret.core.AttentionCache.reorder`)."""
         seen = set()
         for cache in caches:
-            for attention_cache in cache.values():
+            for attention_cache in cache.attention_caches():
                 if id(attention_cache) not in seen:
                     seen.add(id(attention_cache))
-                    reorder_cache(attention_cache, new_order)
+                    attention_cache.reorder(new_order)
 
     def _apply_once(self, x: Tensor, step: RecursionStep, cache, args, kwargs) -> Tensor:
         if cache is not None:
@@ -86,8 +86,8 @@ class Recursive(nn.Module):
             x = self.nlls[step.nll](x, recursion=step)
         return x
 
-    def forward(self, x: Tensor, *args: Any, caches: Optional[List[dict]] = None, **kwargs: Any) -> Tensor:
-        """x: (B, L, C) -> (B, L, C). ``caches``: one dict per recursion, or None."""
+    def forward(self, x: Tensor, *args: Any, caches: Optional[List[BlockCache]] = None, **kwargs: Any) -> Tensor:
+        """x: (B, L, C) -> (B, L, C). ``caches``: one :class:`BlockCache` per recursion, or None."""
         if caches is not None and len(caches) != self.recursions:
             raise ValueError(f"expected {self.recursions} caches, got {len(caches)}")
         if self._chains_norms(x):

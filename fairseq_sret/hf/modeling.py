@@ -12,8 +12,7 @@ Incremental decoding goes through transformers' cache API with :class:`SReTCache
 """
 
 import math
-from collections.abc import MutableMapping
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +23,7 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import logging
 
-from ..core import LearnableResidual
+from ..core import AttentionCache, BlockCache, LearnableResidual
 from ..core.depth import DepthControl, recursions_of, set_depth
 from ..core.mixed_depth import untrained_depth_warning
 from .configuration import SIDES, SReTConfig, read_side_spec
@@ -83,63 +82,22 @@ class PositionalEmbedding(nn.Module):
 
 
 # ---------------------------------------------------------------- cache
-class _CacheLayerView(MutableMapping):
-    """One attention cache as the core's attention reads and writes it (a dict whose ``"k"``
-    and ``"v"`` are the cached keys and values, (B, H, T, d)), stored in layer ``index`` of a
-    transformers :class:`~transformers.cache_utils.Cache`, which thereby counts, reorders and
-    crops them. Other entries (the core's flags) live only as long as the view."""
-
-    _TENSORS = {"k": "keys", "v": "values"}
-
-    def __init__(self, cache: Cache, index: int):
-        self.cache, self.index = cache, index
-        self.extra = {}
-
-    def _layer(self, create: bool):
-        layers = self.cache.layers
-        if self.index >= len(layers):
-            if not create:
-                return None
-            if self.cache.layer_class_to_replicate is None:
-                raise ValueError(
-                    f"this {type(self.cache).__name__} holds {len(layers)} layers, SReT decoding needs layer {self.index}"
-                    " (one self-attention cache per recursion of every shared layer): pass cache=SReTCache()"
-                    " (fairseq_sret.hf) or none (generate() makes one)"
-                )
-            while len(layers) <= self.index:
-                layers.append(self.cache.layer_class_to_replicate())
-        return layers[self.index]
-
-    def __contains__(self, name) -> bool:
-        if name in self._TENSORS:
-            layer = self._layer(create=False)
-            return layer is not None and layer.get_seq_length() > 0
-        return name in self.extra
-
-    def __getitem__(self, name):
-        if name in self._TENSORS:
-            if name not in self:
-                raise KeyError(name)
-            return getattr(self._layer(create=False), self._TENSORS[name])
-        return self.extra[name]
-
-    def __setitem__(self, name, value) -> None:
-        if name in self._TENSORS:
-            layer = self._layer(create=True)
-            if not layer.is_initialized:
-                layer.lazy_initialization(value, value)
-            setattr(layer, self._TENSORS[name], value)
-        else:
-            self.extra[name] = value
-
-    def __delitem__(self, name) -> None:
-        del self.extra[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([name for name in self._TENSORS if name in self] + list(self.extra))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
+def cache_layer(cache: Cache, index: int):
+    """Layer ``index`` of a transformers :class:`~transformers.cache_utils.Cache`, added as
+    needed: the key/value store of one core :class:`~fairseq_sret.core.AttentionCache` (its
+    ``update``, ``keys`` and ``values`` are the core's :class:`~fairseq_sret.core.KeyValues`'),
+    which the ``Cache`` thereby counts, reorders and crops."""
+    layers = cache.layers
+    if index >= len(layers):
+        if cache.layer_class_to_replicate is None:
+            raise ValueError(
+                f"this {type(cache).__name__} holds {len(layers)} layers, SReT decoding needs layer {index}"
+                " (one self-attention cache per recursion of every shared layer): pass cache=SReTCache()"
+                " (fairseq_sret.hf) or none (generate() makes one)"
+            )
+        while len(layers) <= index:
+            layers.append(cache.layer_class_to_replicate())
+    return layers[index]
 
 
 class SReTCache(EncoderDecoderCache):
@@ -153,7 +111,7 @@ class SReTCache(EncoderDecoderCache):
     - beam search reorders only the self-attention caches: the encoder keys and values of the
       hypotheses of one sentence are equal rows, so a same-size reordering (which keeps every
       hypothesis with its sentence, as generate()'s beam search does) leaves them alone, as
-      fairseq's encoder-decoder attention and :func:`fairseq_sret.core.reorder_cache` do; they
+      fairseq's encoder-decoder attention and :meth:`fairseq_sret.core.AttentionCache.reorder` do; they
       are selected only when the batch changes size.
     """
 
@@ -242,10 +200,11 @@ class SReTDecoder(_Stack):
         if config.decoder_output_dim != dim:
             self.project_out_dim = nn.Linear(dim, config.decoder_output_dim, bias=False)
 
-    def _layer_caches(self, cache: EncoderDecoderCache, index: int) -> List[dict]:
-        cross = _CacheLayerView(cache.cross_attention_cache, index)
+    def _layer_caches(self, cache: EncoderDecoderCache, index: int) -> List[BlockCache]:
+        """Shared layer ``index``'s core caches over ``cache``'s layers (see :class:`SReTCache`)."""
+        cross = AttentionCache(cache_layer(cache.cross_attention_cache, index))
         return [
-            {"self_attn": _CacheLayerView(cache.self_attention_cache, index * self.recursions + r), "cross_attn": cross}
+            BlockCache(AttentionCache(cache_layer(cache.self_attention_cache, index * self.recursions + r)), cross)
             for r in range(self.recursions)
         ]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fairseq_sret.core import SlicedGroupAttention
+from fairseq_sret.core import AttentionCache, SlicedGroupAttention
 from fairseq_sret.core.partition import compute_partition
 
 C, H = 16, 4
@@ -182,11 +182,11 @@ def test_incremental_equals_full_causal_forward(groups, mode):
     attn = make((1, groups), ("strided", mode), causal=True).eval()
     x = torch.randn(3, 12, C)
     full = attn(x, recursion=1)
-    cache = {}
+    cache = AttentionCache()
     steps = [attn(x[:, t : t + 1], recursion=1, cache=cache) for t in range(12)]
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
     # a prefix at once, then single steps
-    cache = {}
+    cache = AttentionCache()
     parts = [attn(x[:, :5], recursion=1, cache=cache)]
     parts += [attn(x[:, t : t + 1], recursion=1, cache=cache) for t in range(5, 12)]
     assert (torch.cat(parts, dim=1) - full).abs().max() <= 1e-5
@@ -268,4 +268,4 @@ def test_recursion_index_out_of_range():
 def test_random_partition_incremental_requires_eval():
     attn = make(2, "random", causal=True).train()
     with pytest.raises(RuntimeError, match="eval"):
-        attn(torch.randn(1, 1, C), cache={})
+        attn(torch.randn(1, 1, C), cache=AttentionCache())

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fairseq_sret.core import SlicedGroupAttention, config, fast_paths
+from fairseq_sret.core import AttentionCache, SlicedGroupAttention, config, fast_paths
 from fairseq_sret.core import partition as partition_module
 from fairseq_sret.vision import create_model
 
@@ -136,7 +136,7 @@ def test_one_query_matmul_equals_sdpa_in_incremental_decoding(groups, padded, mo
         step_padding[0, :2] = True
 
     def decode(mode):
-        caches = ({}, {})
+        caches = (AttentionCache(), AttentionCache())
         outs = []
         with fast_paths(one_query_attention=mode):
             for t in range(6):

@@ -133,8 +133,8 @@ def test_incremental_decoding_equals_teacher_forcing_at_every_depth(enc, dec):
     # values are one cache that every application shares
     for layer in model.decoder.layers:
         caches = layer.get_incremental_state(state, "recursions")["caches"]
-        assert [bool(c.get("self_attn")) for c in caches] == [r < dec for r in range(2)]
-        assert caches[0]["cross_attn"] is caches[1]["cross_attn"] and "k" in caches[0]["cross_attn"]
+        assert [len(c.self_attn) > 0 for c in caches] == [r < dec for r in range(2)]
+        assert caches[0].cross_attn is caches[1].cross_attn and len(caches[0].cross_attn) > 0
 
 
 @requires_fairseq

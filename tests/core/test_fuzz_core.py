@@ -98,7 +98,7 @@ def test_incremental_decoding_equals_full_forward(cfg, memory_length, prefix, st
     mem_kpm = padding_mask(dict(cfg, padding="left" if cfg["padding"] else None), memory_length, 1)
     with torch.no_grad():
         full = model(x, key_padding_mask=kpm, memory=memory, memory_padding_mask=mem_kpm)
-        caches = [{} for _ in range(cfg["recursions"])]
+        caches = model.new_caches()
         # a prefix in one call (fairseq's prefix tokens), then `step` tokens per call (1 is
         # beam search), at most 16 calls to keep lengths up to 64 affordable
         step = max(step, -(-(length - prefix) // 16))

@@ -8,13 +8,11 @@ sharing them; a beam search gives the same hypotheses and scores bit for bit.
 import pytest
 import torch
 
-from fairseq_sret.core import SlicedGroupAttention, fast_paths, reorder_cache
-from fairseq_sret.core.attention import STATIC_KV
+from fairseq_sret.core import AttentionCache, BlockCache, SlicedGroupAttention, fast_paths
 
 pytest.importorskip("fairseq")
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
-import fairseq_sret.core.recursion as recursion_module  # noqa: E402
 from fairseq_sret.core import Recursive  # noqa: E402
 from nmt_helpers import sliced_model  # noqa: E402
 from test_fold import randomize_lrc, residual_kinds  # noqa: E402
@@ -23,14 +21,14 @@ from test_fold import randomize_lrc, residual_kinds  # noqa: E402
 def test_static_cross_cache_is_kept_for_same_size_orders_and_selected_when_the_batch_shrinks():
     attn = SlicedGroupAttention(8, 2, cross_attention=True).eval()
     memory = torch.randn(6, 5, 8)
-    cache = {}
+    cache = AttentionCache()
     attn(torch.randn(6, 1, 8), memory=memory, cache=cache)
-    assert cache[STATIC_KV] is True
-    k = cache["k"]
-    reorder_cache(cache, torch.tensor([1, 0, 2, 3, 5, 4]))
-    assert cache["k"] is k  # same size: hypotheses stay with their sentence, rows are equal
-    reorder_cache(cache, torch.tensor([3, 4]))
-    assert torch.equal(cache["k"], k[[3, 4]]) and cache["v"].size(0) == 2
+    assert cache.is_static
+    k = cache.key_values.keys
+    cache.reorder(torch.tensor([1, 0, 2, 3, 5, 4]))
+    assert cache.key_values.keys is k  # same size: hypotheses stay with their sentence, rows are equal
+    cache.reorder(torch.tensor([3, 4]))
+    assert torch.equal(cache.key_values.keys, k[[3, 4]]) and cache.key_values.values.size(0) == 2
 
 
 @pytest.mark.parametrize("empty_row", [False, True])
@@ -43,35 +41,39 @@ def test_cached_cross_attention_keeps_its_mask_and_equals_the_uncached_one(empty
     padding = torch.tensor([[False] * 5, [False, False, False, True, True], [False] * 5])
     if empty_row:
         padding[2] = True
-    cache = {}
+    cache = AttentionCache()
     for _ in range(3):
         x = torch.randn(3, 1, 8)
         cached = attn(x, memory=memory, key_padding_mask=padding, cache=cache)
         torch.testing.assert_close(cached, attn(x, memory=memory, key_padding_mask=padding), rtol=0, atol=0)
         assert not cached.isnan().any()
-    assert torch.equal(cache["mask"], ~padding[:, None, None, :])
-    assert cache["every_row_has_key"] is (not empty_row)
-    mask = cache["mask"]
-    reorder_cache(cache, torch.tensor([1, 0, 2]))
-    assert cache["mask"] is mask  # same size: kept, like the keys and values
-    reorder_cache(cache, torch.tensor([1]))
-    assert torch.equal(cache["mask"], mask[[1]])
+    assert torch.equal(cache.memory_mask, ~padding[:, None, None, :])
+    assert cache.every_row_has_key is (not empty_row)
+    mask = cache.memory_mask
+    cache.reorder(torch.tensor([1, 0, 2]))
+    assert cache.memory_mask is mask  # same size: kept, like the keys and values
+    cache.reorder(torch.tensor([1]))
+    assert torch.equal(cache.memory_mask, mask[[1]])
 
 
 def test_self_attention_cache_is_always_reordered():
     attn = SlicedGroupAttention(8, 2, causal=True).eval()
-    cache = {}
+    cache = AttentionCache()
     attn(torch.randn(3, 1, 8), cache=cache)
-    assert STATIC_KV not in cache
-    k = cache["k"]
-    reorder_cache(cache, torch.tensor([2, 0, 1]))
-    assert torch.equal(cache["k"], k[[2, 0, 1]])
+    assert not cache.is_static
+    k = cache.key_values.keys
+    cache.reorder(torch.tensor([2, 0, 1]))
+    assert torch.equal(cache.key_values.keys, k[[2, 0, 1]])
 
 
 def _full_reorder(cache, new_order):
-    for name, value in list(cache.items()):
-        if isinstance(value, torch.Tensor):
-            cache[name] = value.index_select(0, new_order)
+    """Every cached tensor selected, the static cross-attention ones too."""
+    kv = cache.key_values
+    if len(cache):
+        kv.keys, kv.values = kv.keys.index_select(0, new_order), kv.values.index_select(0, new_order)
+    for name in ("key_padding_mask", "memory_mask"):
+        if getattr(cache, name) is not None:
+            setattr(cache, name, getattr(cache, name).index_select(0, new_order))
 
 
 def assert_same_hypotheses(got, expected):
@@ -103,7 +105,7 @@ def _beam_search_run(groups):
 def test_beam_search_identical_to_reordering_everything(groups, monkeypatch):
     _, run = _beam_search_run(groups)
     ours = run()
-    monkeypatch.setattr(recursion_module, "reorder_cache", _full_reorder)
+    monkeypatch.setattr(AttentionCache, "reorder", _full_reorder)
     assert run() == ours
 
 
@@ -118,11 +120,11 @@ def test_recursions_share_the_encoder_keys_and_values_computed_once_per_layer(mo
     assert len(projections) == len(layers)  # one per unique layer, not per application
     assert {id(p) for p in projections} == {id(layer.recursive.layer.cross_attn) for layer in layers}
     caches = layers[0].recursive.new_caches()
-    assert len(caches) == 2 and caches[0]["cross_attn"] is caches[1]["cross_attn"]
-    assert caches[0] is not caches[1] and "self_attn" not in caches[0]
+    assert len(caches) == 2 and caches[0].cross_attn is caches[1].cross_attn
+    assert caches[0] is not caches[1] and caches[0].self_attn is not caches[1].self_attn
 
     def separate_caches(self):
-        return [{} for _ in range(self.recursions)]
+        return [BlockCache() for _ in range(self.recursions)]
 
     monkeypatch.setattr(Recursive, "new_caches", separate_caches)
     projections.clear()

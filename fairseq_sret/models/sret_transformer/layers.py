@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor, nn
 
-from ...core import SReTLayerSpec
+from ...core import BlockCache, SReTLayerSpec
 from .trained_depth import check_checkpoint_recursions
 
 
@@ -51,7 +51,7 @@ class SReTDecoderLayer(nn.Module):
         super().__init__()
         self.recursive = spec.build()
 
-    def _caches(self, incremental_state) -> Optional[List[dict]]:
+    def _caches(self, incremental_state) -> Optional[List[BlockCache]]:
         if incremental_state is None:
             return None
         state = self.get_incremental_state(incremental_state, "recursions")
