@@ -1,4 +1,6 @@
-"""Every change fairseq-sret makes to fairseq's behaviour: one module per defect, one registry.
+"""Every change fairseq-sret makes to fairseq's behaviour: one module per defect, one
+:class:`~fairseq_sret.patching.PatchSet` (:data:`FAIRSEQ_PATCHES`; the machinery, shared with
+the transformers patches, is :mod:`fairseq_sret.patching`).
 
 :func:`apply_patches` runs when ``fairseq_sret.models`` is imported (``--user-dir
 fairseq_sret`` does that). Each :class:`Patch` names the upstream defect it works around and
@@ -32,9 +34,9 @@ one set of parameters whose gradient autograd sums before DDP's hook sees it.
 
 import contextlib
 import logging
-import os
-from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set
+
+from ..patching import Installation, Patch, PatchSet, check_order
 
 from . import (atomic_checkpoint_copy, best_checkpoint_resume, checkpoint_loading, consumer_exit, cpu_bf16_inference,
                cpu_bf16_training, cpu_ddp, diverse_beam_search, finished_run, keep_last_batch, load_error_cause,
@@ -56,7 +58,8 @@ from .patience_resume import PATIENCE_STATE, patience_lost_on_resume, patience_s
 from .tensor_sizes import tensor_sizes_warn
 
 __all__ = [
-    "APPLIED", "PATCHES", "PATCHES_ENV", "Installation", "Patch", "apply_patches", "check_order", "patches_removed",
+    "APPLIED", "FAIRSEQ_PATCHES", "PATCHES", "PATCHES_ENV", "Installation", "Patch", "PatchSet", "apply_patches",
+    "check_order", "patches_removed",
     "patches_turned_off", "probe", "remove_patches",
     # what the patches define, for their callers and tests
     "AtomicCopyPathManager", "CPUAutocastTrainer", "CPUBF16Unsupported", "CPUFriendlyDistributedDataParallel",
@@ -70,44 +73,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class Installation:
-    """What one patch changed, to undo it: ``replace(owner, name, value)`` sets an attribute
-    and remembers the old value; ``on_removal(undo)`` adds any other step (an ``atexit``
-    hook). :meth:`remove` undoes them, last first."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self._undo: List[Callable[[], None]] = []
-
-    def replace(self, owner, attribute: str, value) -> None:
-        old = getattr(owner, attribute)
-        setattr(owner, attribute, value)
-        self._undo.append(lambda: setattr(owner, attribute, old))
-
-    def on_removal(self, undo: Callable[[], None]) -> None:
-        self._undo.append(undo)
-
-    def remove(self) -> None:
-        while self._undo:
-            self._undo.pop()()
-
-
-@dataclass(frozen=True)
-class Patch:
-    name: str
-    defect: str
-    #: the probe: True where the installed fairseq has the defect
-    has_defect: Callable[[], bool]
-    #: ``install(installation)``: makes the change through :meth:`Installation.replace`
-    install: Callable[[Installation], None]
-    #: the upstream fairseq report of the defect ("" where none was found)
-    upstream: str = ""
-    #: the patches that wrap the same fairseq function and must be installed first (inside)
-    after: Tuple[str, ...] = ()
-    #: the fairseq attributes the patch replaces, ``module.attribute``
-    replaces: Tuple[str, ...] = field(default=())
 
 
 #: the environment variable that chooses which patches may be applied (module docstring)
@@ -181,112 +146,40 @@ PATCHES = (
 )
 
 
-def check_order(patches) -> None:
-    """ValueError unless every patch comes after the patches it names in ``after``, and any two
-    patches that replace one attribute say which comes first (their result depends on it)."""
-    position = {patch.name: i for i, patch in enumerate(patches)}
-    for i, patch in enumerate(patches):
-        for inner in patch.after:
-            if position.get(inner, len(patches)) >= i:
-                raise ValueError(f"fairseq patch {patch.name} must come after {inner}")
-        for earlier in patches[:i]:
-            shared = set(patch.replaces) & set(earlier.replaces)
-            if shared and earlier.name not in patch.after:
-                raise ValueError(f"fairseq patches {earlier.name} and {patch.name} both replace {sorted(shared)};"
-                                 f" {patch.name}.after must name {earlier.name}")
-
-
-check_order(PATCHES)
 
 # the errors users meet keep their public name in tracebacks (the last line of a refused command)
 for _error in (CheckpointLoadError, CPUBF16Unsupported, UnknownOverride):
     _error.__module__ = __name__
 
+#: fairseq's patches, in installation order
+FAIRSEQ_PATCHES = PatchSet("fairseq", PATCHES, PATCHES_ENV, logger, "docs/fairseq_patches.md")
 #: ``{patch name: "applied" | "not needed" | "turned off"}`` once :func:`apply_patches` has run.
-APPLIED: Dict[str, str] = {}
-#: the installations of the applied patches, in the order they were installed
-_INSTALLED: List[Installation] = []
+APPLIED: Dict[str, str] = FAIRSEQ_PATCHES.applied
 
 
 def patches_turned_off(value: Optional[str]) -> Set[str]:
-    """The patch names that ``SRET_FAIRSEQ_PATCHES=value`` leaves out (module docstring);
-    ValueError naming the variable, the unknown names and the known ones."""
-    names = [p.name for p in PATCHES]
-    text = (value or "").strip()
-    if text in ("", "all"):
-        return set()
-    if text == "none":
-        return set(names)
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    wrong = [item for item in items if not item.startswith("-") or item[1:] not in names]
-    if wrong:
-        raise ValueError(
-            f"{PATCHES_ENV}={value!r}: {', '.join(wrong)} not understood; give 'all', 'none' or patch names to"
-            f" leave out, each with a '-' (e.g. -{names[0]}); the patches: {', '.join(names)}"
-        )
-    return {item[1:] for item in items}
+    """The patch names that ``SRET_FAIRSEQ_PATCHES=value`` leaves out (:meth:`PatchSet.turned_off`)."""
+    return FAIRSEQ_PATCHES.turned_off(value)
 
 
 def probe(patch: Patch) -> bool:
-    """``patch.has_defect()``, or True where the probe itself fails (a temporary folder that is
-    read-only or full, ...): each patch changes only what its defect breaks, so applying one
-    that was not needed is harmless, while an error here would stop every ``fairseq-train``."""
-    try:
-        return patch.has_defect()
-    except Exception as exc:
-        logger.warning("fairseq_sret cannot probe fairseq for %s (%s: %s); applying the patch",
-                       patch.name, type(exc).__name__, exc)
-        return True
+    """``patch.has_defect()``, or True where the probe fails (:meth:`PatchSet.probe`)."""
+    return FAIRSEQ_PATCHES.probe(patch)
 
 
 def apply_patches() -> Dict[str, str]:
     """Probe the installed fairseq and install the patches it needs and
     ``SRET_FAIRSEQ_PATCHES`` allows (once per process); one log line lists the outcome."""
-    turned_off = patches_turned_off(os.environ.get(PATCHES_ENV))
-    new = []
-    for patch in PATCHES:
-        if patch.name in APPLIED:
-            continue
-        if patch.name in turned_off:
-            APPLIED[patch.name] = "turned off"
-        elif probe(patch):
-            installation = Installation(patch.name)
-            try:
-                patch.install(installation)
-            except BaseException:
-                installation.remove()  # nothing half-installed
-                raise
-            _INSTALLED.append(installation)
-            APPLIED[patch.name] = "applied"
-        else:
-            APPLIED[patch.name] = "not needed"
-        new.append(patch.name)
-    if new:
-        def listed(outcome):
-            return ", ".join(n for n in new if APPLIED[n] == outcome) or "none"
-
-        logger.info("fairseq patches applied: %s; not needed: %s; turned off (%s): %s (docs/fairseq_patches.md)",
-                    listed("applied"), listed("not needed"), PATCHES_ENV, listed("turned off"))
-    return dict(APPLIED)
+    return FAIRSEQ_PATCHES.apply()
 
 
 def remove_patches() -> List[str]:
-    """Undo every applied patch, the last installed first, leaving fairseq as it was; returns
-    their names in the order they had been applied. :func:`apply_patches` may run again."""
-    removed = [installation.name for installation in _INSTALLED]
-    while _INSTALLED:
-        _INSTALLED.pop().remove()
-    APPLIED.clear()
-    return removed
+    """Undo every applied patch, the last installed first, leaving fairseq as it was."""
+    return FAIRSEQ_PATCHES.remove()
 
 
 @contextlib.contextmanager
 def patches_removed() -> Iterator[None]:
     """fairseq without the patches inside the block, with them again after it (tests)."""
-    had = bool(APPLIED)
-    remove_patches()
-    try:
+    with FAIRSEQ_PATCHES.removed():
         yield
-    finally:
-        if had:
-            apply_patches()

@@ -21,32 +21,9 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
         f"fairseq_sret.hf needs Hugging Face transformers ({exc}); install it with: pip install 'fairseq-sret[hf]'"
     ) from exc
 
+from .transformers_patches import apply_patches  # noqa: E402
 
-
-def _hide_unimportable_torchaudio() -> None:
-    """transformers judges torchaudio by its installed package and imports it with its pipelines
-    and audio helpers. fairseq-fixed (the fairseq this project uses) requires torchaudio, whose
-    PyPI wheels are built against a CUDA torch: beside a CPU-only torch it is installed but
-    fails to import, and so would every transformers pipeline. When torchaudio cannot be
-    imported, transformers is told it is absent (nothing here uses audio)."""
-    import importlib.util
-
-    if importlib.util.find_spec("torchaudio") is None:
-        return
-    try:
-        import torchaudio  # noqa: F401
-    except (ImportError, OSError):
-        import transformers.utils
-        import transformers.utils.import_utils
-
-        def unavailable() -> bool:
-            return False
-
-        transformers.utils.is_torchaudio_available = unavailable
-        transformers.utils.import_utils.is_torchaudio_available = unavailable
-
-
-_hide_unimportable_torchaudio()
+apply_patches()  # before transformers' pipelines are imported
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
 from transformers.pipelines import PIPELINE_REGISTRY  # noqa: E402

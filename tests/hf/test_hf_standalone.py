@@ -134,3 +134,47 @@ def test_a_dictionary_saved_on_windows_reads_as_the_same_symbols(tmp_path):
     windows.write_bytes("\ufeff▁Hund 5\r\nKatze 3\r\n".encode())
     assert read_fairseq_dictionary(windows) == read_fairseq_dictionary(plain) == ["<s>", "<pad>", "</s>", "<unk>",
                                                                                   "▁Hund", "Katze"]
+
+
+BROKEN_TORCHAUDIO = """
+import json, logging
+logging.basicConfig(level=logging.INFO, format="%(name)s | %(message)s")
+import transformers.utils.import_utils as import_utils
+own = import_utils.is_torchaudio_available
+import fairseq_sret.hf
+from fairseq_sret.hf.transformers_patches import TRANSFORMERS_PATCHES
+import transformers.pipelines  # imports torchaudio where transformers believes it available
+applied = dict(TRANSFORMERS_PATCHES.applied)
+TRANSFORMERS_PATCHES.remove()
+print(json.dumps({"applied": applied, "restored": import_utils.is_torchaudio_available is own}))
+"""
+
+
+@pytest.mark.parametrize("broken", [True, False])
+def test_a_torchaudio_that_fails_to_import_does_not_break_the_pipelines(broken, tmp_path):
+    """transformers imports an installed torchaudio with its pipelines; one built for another
+    torch fails to import, and the adapter's patch tells transformers it is absent."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    if broken:  # an installed torchaudio package whose import fails, as one built for another torch
+        (tmp_path / "torchaudio").mkdir()
+        (tmp_path / "torchaudio" / "__init__.py").write_text('raise OSError("libtorchaudio.so: undefined symbol")\n')
+        (tmp_path / "torchaudio-9.9.dist-info").mkdir()
+        (tmp_path / "torchaudio-9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torchaudio\n"
+                                                                        "Version: 9.9\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    env.pop("SRET_TRANSFORMERS_PATCHES", None)
+    out = subprocess.run([sys.executable, "-c", BROKEN_TORCHAUDIO], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if broken:
+        assert result == {"applied": {"unimportable_torchaudio": "applied"}, "restored": True}
+    else:  # no torchaudio, or one that imports: nothing to do
+        assert result["applied"] == {"unimportable_torchaudio": "not needed"}
+    assert "transformers patches applied: " in out.stderr

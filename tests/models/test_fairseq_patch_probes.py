@@ -21,6 +21,7 @@ import torch  # noqa: E402
 from conftest import REPO  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 from fairseq_sret import fairseq_patches  # noqa: E402
+from fairseq_sret.patching import PatchSet  # noqa: E402
 
 
 def unwritable_temp_folder(monkeypatch, tmp_path):
@@ -35,6 +36,12 @@ def full_disk(monkeypatch, tmp_path):
     monkeypatch.setattr(torch, "save", save)
 
 
+def stand_in_patches(monkeypatch, *patches):
+    """fairseq's patch set made of ``patches``, none applied yet."""
+    monkeypatch.setattr(fairseq_patches, "FAIRSEQ_PATCHES", PatchSet(
+        "fairseq", patches, fairseq_patches.PATCHES_ENV, logging.getLogger(fairseq_patches.__name__), "docs"))
+
+
 @pytest.mark.parametrize("failure", [unwritable_temp_folder, full_disk])
 def test_a_probe_that_cannot_write_its_file_applies_the_patch(failure, monkeypatch, tmp_path, caplog):
     loader = checkpoint_utils.load_checkpoint_to_cpu
@@ -45,8 +52,7 @@ def test_a_probe_that_cannot_write_its_file_applies_the_patch(failure, monkeypat
         functools.partial(fairseq_patches.fairseq_loader_fails_on_own_checkpoints, unpatched),
         lambda installation: installed.append("checkpoint_loading"),
     )
-    monkeypatch.setattr(fairseq_patches, "PATCHES", (stand_in,))
-    monkeypatch.setattr(fairseq_patches, "APPLIED", {})
+    stand_in_patches(monkeypatch, stand_in)
     failure(monkeypatch, tmp_path)
     with pytest.raises(OSError):  # the probe itself cannot run
         stand_in.has_defect()
@@ -58,8 +64,7 @@ def test_a_probe_that_cannot_write_its_file_applies_the_patch(failure, monkeypat
 def test_a_probe_that_runs_decides(monkeypatch):
     installed = []
     healthy = fairseq_patches.Patch("healthy", "none", lambda: False, lambda installation: installed.append("healthy"))
-    monkeypatch.setattr(fairseq_patches, "PATCHES", (healthy,))
-    monkeypatch.setattr(fairseq_patches, "APPLIED", {})
+    stand_in_patches(monkeypatch, healthy)
     assert fairseq_patches.apply_patches() == {"healthy": "not needed"}
     assert installed == []
 
@@ -72,8 +77,7 @@ def recording_patches(monkeypatch, *probes):
                               lambda installation, name=name: installed.append(name))
         for name, found in zip("abc", probes)
     )
-    monkeypatch.setattr(fairseq_patches, "PATCHES", patches)
-    monkeypatch.setattr(fairseq_patches, "APPLIED", {})
+    stand_in_patches(monkeypatch, *patches)
     return installed
 
 
@@ -139,7 +143,8 @@ def test_with_every_patch_turned_off_fairseq_is_left_as_it_is():
 def test_every_patch_has_a_row_in_the_docs_table():
     table = (REPO / "docs" / "fairseq_patches.md").read_text()
     rows = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
-    assert rows and sorted(rows) == sorted(p.name for p in fairseq_patches.PATCHES)
+    transformers_patches = pytest.importorskip("fairseq_sret.hf.transformers_patches")
+    assert rows and sorted(rows) == sorted(p.name for p in fairseq_patches.PATCHES + transformers_patches.PATCHES)
 
 
 def test_patches_that_wrap_one_function_say_which_wraps_the_other():
