@@ -27,7 +27,8 @@ class SReTLayerSpec:
     ``len(schedule)`` times, an NLL of hidden ratio ``nll_ratio`` after every application
     (Eq. 6; 0: none).
 
-    ``activation_dropout`` is the FFN's inner dropout; ``checkpoint``: recompute each
+    ``activation_dropout`` is the FFN's inner dropout; ``drop_path``: the block's stochastic
+    depth rate (vision); ``norm_eps``: its LayerNorms'; ``checkpoint``: recompute each
     application in the backward pass (memory grows with unique layers, not depth).
     """
 
@@ -44,6 +45,8 @@ class SReTLayerSpec:
     dropout: float = 0.0
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
+    drop_path: float = 0.0
+    norm_eps: float = 1e-5
     checkpoint: bool = False
 
     def build(self) -> Recursive:
@@ -61,13 +64,15 @@ class SReTLayerSpec:
             attention_dropout=self.attention_dropout,
             activation_dropout=self.activation_dropout,
             activation=self.activation,
+            drop_path=self.drop_path,
+            norm_eps=self.norm_eps,
         )
         make_nll = None
         if self.nll_ratio > 0:
             def make_nll(_index: int) -> NonLinearProjection:
                 return NonLinearProjection(
                     self.embed_dim, self.nll_ratio, lrc=self.lrc, activation=self.activation,
-                    dropout=self.dropout, activation_dropout=self.activation_dropout,
+                    dropout=self.dropout, activation_dropout=self.activation_dropout, norm_eps=self.norm_eps,
                 )
         return Recursive(block, self.schedule, make_nll, checkpoint=self.checkpoint)
 

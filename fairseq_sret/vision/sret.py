@@ -19,7 +19,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core import NonLinearProjection, RecursionSchedule, Recursive, SReTBlock
+from ..core import RecursionSchedule, SReTLayerSpec
 from ..core.depth import DepthControl
 from ..core.linear import no_forward_hooks
 from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
@@ -254,24 +254,14 @@ class RecursiveStage(nn.Module):
         attn_drop_rate: float = 0.0,
     ):
         super().__init__()
-
-        def make_nll(_recursion: int) -> NonLinearProjection:
-            return NonLinearProjection(
-                dim, nll_ratio, lrc=lrc, dropout=drop_rate, activation_dropout=drop_rate, norm_eps=norm_eps
-            )
-
-        self.blocks = nn.ModuleList(
-            Recursive(
-                SReTBlock(
-                    dim, num_heads, int(dim * mlp_ratio), schedule=schedule,
-                    lrc=lrc, dropout=drop_rate, attention_dropout=attn_drop_rate,
-                    activation_dropout=drop_rate, drop_path=drop_paths[b], norm_eps=norm_eps,
-                ),
-                schedule,
-                make_nll=make_nll if nll else None,
-            )
-            for b in range(num_blocks)
+        if nll and nll_ratio <= 0:
+            raise ValueError(f"NLL hidden_ratio must be > 0, got {nll_ratio}")
+        layer = SReTLayerSpec(
+            embed_dim=dim, num_heads=num_heads, ffn_dim=int(dim * mlp_ratio), schedule=schedule, lrc=lrc,
+            nll_ratio=nll_ratio if nll else 0.0, activation="gelu", dropout=drop_rate, attention_dropout=attn_drop_rate,
+            activation_dropout=drop_rate, norm_eps=norm_eps,
         )
+        self.blocks = nn.ModuleList(replace(layer, drop_path=drop_paths[b]).build() for b in range(num_blocks))
 
     def forward(self, x: Tensor) -> Tensor:
         # Tokens (B, HW, C), made contiguous once here: a transposed view would make every
