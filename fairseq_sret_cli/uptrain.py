@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     outputs = Outputs("sret-uptrain", force=args.force, settings=settings, inputs=[args.input])
     outputs.check([args.output])
 
-    from fairseq_sret.conversion.uptrain import uptrain_checkpoint
+    from fairseq_sret.conversion.uptraining import uptrain_checkpoint
     from fairseq_sret.checkpoints import load_checkpoint
 
     state = load_checkpoint(args.input)

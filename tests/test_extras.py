@@ -64,7 +64,7 @@ def test_a_translation_command_without_fairseq_prints_one_line(tmp_path):
         sys.exit(main([{str(tmp_path / 'transformer.pt')!r}, {str(tmp_path / 'out.pt')!r}]))
     """)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert done.stderr.strip() == ("sret-uptrain: error: uptraining (fairseq_sret.conversion.uptrain) needs fairseq, which is not installed: "
+    assert done.stderr.strip() == ("sret-uptrain: error: uptraining (fairseq_sret.conversion.uptraining) needs fairseq, which is not installed: "
                                    "pip install 'fairseq-sret[fairseq]'")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["transformer.pt"]
 

@@ -1,4 +1,4 @@
 """Converting fairseq models that fairseq does not register: weights of fairseq's transformer
 as an SReT model (:mod:`.convert`) and uptraining a trained transformer checkpoint into an
-SReT one (:mod:`.uptrain`). Importing them registers the models (they import
+SReT one (:mod:`.uptraining`). Importing them registers the models (they import
 :mod:`fairseq_sret.models`)."""

@@ -27,7 +27,7 @@ from cli_helpers import ENV, TRAIN, USER_DIR, preprocess, run, write_corpus
 from fairseq import options as fairseq_options
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq_sret_cli.toy import architecture_args
-from fairseq_sret.conversion.uptrain import layer_groups, uptrain_checkpoint
+from fairseq_sret.conversion.uptraining import layer_groups, uptrain_checkpoint
 from nmt_helpers import SMALL, build
 from test_sret_transformer import sample_batch
 

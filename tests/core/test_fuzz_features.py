@@ -149,7 +149,7 @@ def test_mixed_depth_gradient_is_the_weighted_sum_of_the_depths_gradients(cfg, s
        additions=st.booleans(), seed=st.integers(0, 2**16))
 def test_uptraining_with_one_recursion_is_the_transformer(normalize_before, share, layers, recursions, additions,
                                                          seed):
-    from fairseq_sret.conversion.uptrain import uptrain_checkpoint
+    from fairseq_sret.conversion.uptraining import uptrain_checkpoint
     from test_uptrain import build_converted, transformer_checkpoint
 
     if normalize_before[0] != normalize_before[1]:

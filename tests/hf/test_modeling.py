@@ -35,7 +35,7 @@ from fairseq_sret_cli.data import multi30k  # noqa: E402
 from fairseq_sret.hf import SReTCache  # noqa: E402
 from fairseq_sret.hf.convert import MARKER, export_checkpoint  # noqa: E402
 from fairseq_sret_cli.toy import architecture_args  # noqa: E402
-from fairseq_sret.conversion.uptrain import uptrain_checkpoint  # noqa: E402
+from fairseq_sret.conversion.uptraining import uptrain_checkpoint  # noqa: E402
 from fairseq_sret_cli.toy import reversal_pairs  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache  # noqa: E402

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..extras import require
 
-require("fairseq", "uptraining (fairseq_sret.conversion.uptrain)")
+require("fairseq", "uptraining (fairseq_sret.conversion.uptraining)")
 
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
