@@ -9,12 +9,17 @@ unique layer j*U//L: layers 0,1 -> 0, 2,3 -> 1, 4,5 -> 2), every NLL starts as t
 (its output layer is zero), every LRC coefficient at 1; embeddings and the output layer
 are copied. The command prints the fairseq-train options of the converted model.
 
+The dictionaries of the data-bin the transformer was trained on (--data-bin, by default the
+one its checkpoint names) are recorded beside the weights, as in every trained SReT
+checkpoint: fine-tuning or generating on another dictionary is then refused.
+
 The input is never written; an existing output is replaced only with --force.
 """
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional, Tuple
 
 from . import HelpFormatter, UserError, at_least, user_errors
 from .outputs import Outputs
@@ -35,6 +40,9 @@ def main(argv=None) -> int:
                    help="hidden ratio of the NLLs, which start as the identity (default: 1.0; 0 = no NLL)")
     p.add_argument("--no-lrc", action="store_true", help="plain residuals instead of LRC (coefficients 1)")
     p.add_argument("--seed", type=int, default=1, help="seed of the NLLs' other weights (default: 1)")
+    p.add_argument("--data-bin", default=None,
+                   help="the data-bin the transformer was trained on, whose dictionaries are recorded (default:"
+                        " the one its checkpoint names, when it is there)")
     p.add_argument("--force", action="store_true", help="replace an output file this command did not make (never the input)")
     args = p.parse_args(argv)
     for name in ("recursions", "encoder_recursions", "decoder_recursions", "encoder_layers", "decoder_layers"):
@@ -52,9 +60,10 @@ def main(argv=None) -> int:
     from fairseq_sret.checkpoints import load_checkpoint
 
     state = load_checkpoint(args.input)
+    fingerprints, data_bin = recorded_dictionaries(state, args.data_bin, args.input)
     try:
         converted, report = uptrain_checkpoint(
-            state, seed=args.seed,
+            state, seed=args.seed, fingerprints=fingerprints,
             encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers,
             encoder_recursions=args.encoder_recursions or args.recursions,
             decoder_recursions=args.decoder_recursions or args.recursions,
@@ -70,6 +79,12 @@ def main(argv=None) -> int:
         print(f"  {side}: {len(groups)} unique x {report['recursions'][side]} recursions; original layers"
               f" averaged into each unique layer: {mapping}", file=sys.stderr)
     print(f"wrote {out}: sret_transformer, {report['params']:,} parameters", file=sys.stderr)
+    if data_bin is None:
+        print(f"note: {args.input} names no data-bin that is here and --data-bin was not given: the dictionaries"
+              " are not recorded, so fine-tuning cannot check that its data-bin is the transformer's", file=sys.stderr)
+    else:
+        print(f"  recorded the dictionaries of {data_bin}: fine-tuning on another dictionary is refused",
+              file=sys.stderr)
     if report["finetune_options"] is None:
         print(f"note: {report['note']}", file=sys.stderr)
         return 0
@@ -77,6 +92,27 @@ def main(argv=None) -> int:
           + f" --finetune-from-model {out} ...", file=sys.stderr)
     print(" ".join(report["finetune_options"]))
     return 0
+
+
+def recorded_dictionaries(state: dict, given: Optional[str], source: str) -> Tuple[Optional[dict], Optional[str]]:
+    """(fingerprints, data-bin) of the data-bin given, or else of the one the checkpoint names
+    when it is there; (None, None) when there is neither."""
+    from fairseq_sret.conversion.uptraining import data_bin_fingerprints
+
+    data = given
+    if data is None:
+        options = state.get("args") or (state.get("cfg") or {}).get("task")
+        named = getattr(options, "data", None) if not hasattr(options, "get") else options.get("data")
+        if not named or not Path(str(named).split(":")[0]).is_dir():
+            return None, None
+        data = str(named)
+    elif not Path(data.split(":")[0]).is_dir():
+        raise UserError(f"--data-bin {data}: no such folder")
+    try:
+        return data_bin_fingerprints(data, state), data
+    except ValueError as exc:
+        where = "--data-bin" if given is not None else f"the data-bin {source} names"
+        raise UserError(f"{where}: {exc}") from None
 
 
 if __name__ == "__main__":

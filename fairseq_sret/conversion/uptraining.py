@@ -28,6 +28,8 @@ layer counts and the SReT options, checked by ``check_sret_options``.
 import argparse
 import copy
 import re
+from collections import OrderedDict
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -37,12 +39,13 @@ from ..extras import require
 
 require("fairseq", "uptraining (fairseq_sret.conversion.uptraining)")
 
-from fairseq.data import Dictionary  # noqa: E402
+from fairseq.data import Dictionary, data_utils  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402  (fairseq's)
 
 from ..models.sret_transformer import SReTTransformerModel, check_sret_options
+from ..models.sret_transformer.dictionaries import DICTIONARY_FINGERPRINTS, dictionary_fingerprint
 from ..models.sret_transformer.hydra_config import _flag, _options
 from .convert import fairseq_transformer_to_sret
 
@@ -239,13 +242,54 @@ def finetune_options(args: argparse.Namespace) -> List[str]:
     return options
 
 
-def uptrain_checkpoint(state: dict, seed: int = 1, **options) -> Tuple[dict, dict]:
+def data_bin_fingerprints(data: str, state: dict) -> Dict[str, str]:
+    """The fingerprints of the dictionaries of the data-bin ``data`` (fairseq's first path of a
+    colon-separated list) for the language pair of the transformer checkpoint ``state`` (its
+    options, else the data-bin's file names); ValueError when a dictionary is missing or its
+    size is not the checkpoint's embedding rows."""
+    folder = Path(data.split(":")[0])
+    options = state.get("args") or {}
+    if not options and state.get("cfg") is not None:
+        cfg = state["cfg"]
+        options = cfg.get("task") if hasattr(cfg, "get") else getattr(cfg, "task", None)
+    pair = [getattr(options, name, None) if not hasattr(options, "get") else options.get(name)
+            for name in ("source_lang", "target_lang")]
+    if None in pair and folder.is_dir():
+        pair = list(data_utils.infer_language_pair(str(folder)))
+    fingerprints = {}
+    for side, lang, embeddings in zip(("source", "target"), pair, ("encoder", "decoder")):
+        path = folder / f"dict.{lang}.txt"
+        if lang is None or not path.is_file():
+            raise ValueError(f"{folder}: no {side} dictionary (dict.{lang or '<lang>'}.txt) of the checkpoint's"
+                             " language pair")
+        dictionary = Dictionary.load(str(path))
+        rows = state["model"][f"{embeddings}.embed_tokens.weight"].size(0)
+        if len(dictionary) != rows:
+            raise ValueError(f"{path}: {len(dictionary)} symbols, but the checkpoint's {embeddings} embeddings have"
+                             f" {rows} rows: not the data-bin the transformer was trained on")
+        fingerprints[f"{side}_dictionary_fingerprint"] = dictionary_fingerprint(dictionary)
+    return fingerprints
+
+
+def uptrain_checkpoint(state: dict, seed: int = 1, fingerprints: Optional[Dict[str, str]] = None,
+                       **options) -> Tuple[dict, dict]:
     """The ``sret_transformer`` checkpoint (a dict like fairseq's) for a transformer checkpoint
     ``state``; ``options`` are :func:`sret_args`'s. Returns (checkpoint, report) where the report
-    holds the layer groups, parameter counts and :func:`finetune_options`."""
+    holds the layer groups, parameter counts and :func:`finetune_options`.
+
+    ``fingerprints`` (``{source,target}_dictionary_fingerprint``: the dictionaries the
+    transformer was trained with) go where a trained SReT model keeps them, beside its weights,
+    so that generating with, or fine-tuning from, the checkpoint on another dictionary is
+    refused (:func:`~fairseq_sret.models.sret_transformer.dictionaries.check_dictionaries`)."""
     source = source_model_args(state)
     target = sret_args(source, **options)
     model_sd, groups = uptrain_state_dict(state["model"], source, target, seed=seed)
+    if fingerprints:
+        unknown = set(fingerprints) - set(DICTIONARY_FINGERPRINTS)
+        if unknown:
+            raise ValueError(f"unknown fingerprints {sorted(unknown)}; expected {DICTIONARY_FINGERPRINTS}")
+        model_sd = OrderedDict(model_sd)
+        model_sd._metadata = OrderedDict({"": dict(fingerprints)})  # read by the model's _load_from_state_dict
     out = {k: v for k, v in state.items() if k not in ("model", "last_optimizer_state")}
     out["model"] = model_sd
     if state.get("args") is not None:

@@ -13,6 +13,7 @@
 import argparse
 import copy
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -211,3 +212,40 @@ def test_uptrain_then_generate_and_finetune(tmp_path):
     text = log.stdout + log.stderr
     assert f"Loaded checkpoint {converted}" in text and "num_updates 3" in text, text[-3000:]
     assert (Path(tmp_path) / "finetuned" / "checkpoint_last.pt").exists()
+    # the transformer's dictionaries are recorded: a data-bin whose dictionaries hold the same
+    # number of symbols in another order is refused, by fine-tuning and by generation
+    assert f"recorded the dictionaries of {data}" in result.stderr
+    other = tmp_path / "other-data"
+    shutil.copytree(data, other)
+    for path in other.glob("dict.*.txt"):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        path.write_text("".join([lines[1], lines[0]] + lines[2:]), encoding="utf-8")
+    for command in (["fairseq-train", other, *USER_DIR, *TRAIN, *options, "--finetune-from-model", converted,
+                     "--max-update", "3", "--save-dir", tmp_path / "refused"],
+                    ["fairseq-generate", other, *USER_DIR, "--path", converted, "--gen-subset", "test", "--cpu"]):
+        refused = run(*command, check=False, timeout=600)
+        assert refused.returncode != 0 and "dictionary" in refused.stderr.splitlines()[-1], refused.stderr[-2000:]
+
+
+def test_recorded_dictionaries_travel_with_the_weights_and_must_fit_them(tmp_path):
+    from fairseq_sret.conversion.uptraining import data_bin_fingerprints
+
+    model, task, state = transformer_checkpoint()
+    state["cfg"]["task"].update(source_lang="src", target_lang="tgt")
+    task.source_dictionary.save(str(tmp_path / "dict.src.txt"))
+    task.target_dictionary.save(str(tmp_path / "dict.tgt.txt"))
+    fingerprints = data_bin_fingerprints(str(tmp_path), state)
+    converted, _ = uptrain_checkpoint(state, fingerprints=fingerprints)
+    assert converted["model"]._metadata[""] == fingerprints
+    sret = build_converted(converted, task)
+    sret.load_state_dict(converted["model"])  # the task's own dictionaries: accepted
+
+    shuffled = copy.deepcopy(task)
+    shuffled.source_dictionary.symbols[-2:] = shuffled.source_dictionary.symbols[-2:][::-1]
+    with pytest.raises(ValueError, match="source dictionary .* is not the one the model was trained with"):
+        build_converted(converted, shuffled).load_state_dict(converted["model"])
+
+    with (tmp_path / "dict.tgt.txt").open("a", encoding="utf-8") as f:
+        f.write("extra 1\n")
+    with pytest.raises(ValueError, match="symbols, but the checkpoint's decoder embeddings have"):
+        data_bin_fingerprints(str(tmp_path), state)
