@@ -117,6 +117,31 @@ class TrainConfig:
     log_interval: int = 50
 
 
+#: the options that make a run what it is: a resume must give the ones it was started with
+#: (``--epochs`` may grow; where and how fast it runs may change)
+RUN_SETTINGS = (
+    "model", "img_size", "drop_path", "batch_size", "lr", "min_lr", "warmup_lr", "warmup_epochs", "weight_decay",
+    "label_smoothing", "clip_grad", "teacher", "distill_temperature", "mixed_depth", "seed", "max_steps_per_epoch",
+)
+#: input files of a run: given or not must stay as it was (their paths may differ)
+RUN_INPUTS = ("teacher_logits", "teacher_checkpoint", "finetune")
+
+
+def check_resumed_settings(resume: str, saved: dict, now: dict) -> None:
+    """ValueError naming every :data:`RUN_SETTINGS` option whose value differs from the one
+    the run in ``resume`` was started with (a checkpoint that records no options: unchecked)."""
+    if not saved or not now:
+        return
+    changed = [f"--{key.replace('_', '-')} {saved.get(key)!r} -> {now.get(key)!r}"
+               for key in RUN_SETTINGS if key in saved and saved.get(key) != now.get(key)]
+    changed += [f"--{key.replace('_', '-')} {'given' if saved.get(key) else 'not given'} -> "
+                f"{'given' if now.get(key) else 'not given'}"
+                for key in RUN_INPUTS if key in saved and bool(saved.get(key)) != bool(now.get(key))]
+    if changed:
+        raise ValueError(f"{resume} belongs to a run started with other settings ({'; '.join(changed)}): resume it"
+                         " with its own settings, or start a new run in another --output")
+
+
 def train(
     model: nn.Module,
     train_loader,
@@ -162,6 +187,7 @@ def train(
             saved, now = state.get(key), (checkpoint_extra or {}).get(key)
             if saved is not None and now is not None and saved != now:
                 raise ValueError(f"{resume} was trained with {key} {saved!r}, this run has {now!r}")
+        check_resumed_settings(resume, state.get("args") or {}, options or {})
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])

@@ -142,6 +142,14 @@ def test_train_evaluate_resume_and_distill(image_folder, tmp_path, capsys):
     assert evaluated["loss"] == pytest.approx(stats["val_loss"], abs=1e-5)
     assert evaluated["acc1"] == stats["val_acc1"]
 
+    # a resume with other settings than its run's is refused, naming them; nothing is written
+    before = (out / "checkpoint_last.pt").read_bytes()
+    other = common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt", seed=5)
+    other[other.index("--lr") + 1] = "1e-3"
+    with pytest.raises(ValueError, match=r"other settings \(--lr 0.0005 -> 0.001; --seed 0 -> 5\)"):
+        script.run(other)
+    assert (out / "checkpoint_last.pt").read_bytes() == before
+
     # resuming continues at the next epoch
     resumed = script.run(common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt"))
     assert resumed["epoch"] == 1
