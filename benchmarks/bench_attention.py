@@ -32,15 +32,13 @@ of work outside the attention; width ``--embed-dim`` and ``--heads`` heads (defa
 8: head size 64). CUDA runs in bfloat16 (weights and activations), CPU in float32.
 """
 
-import argparse
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.common import (
-    clock_note, command_line, default_clock, fmt_ratio, hardware_line, measure, median, mib, peak_memory,
-    pick_device, print_table, quiet_logging, set_threads,
+    benchmark_parser, clock_note, default_clock, finish_benchmark, fmt_ratio, measure, median, mib, peak_memory,
+    print_table, quiet_logging, start_benchmark,
 )
 from fairseq_sret.core import SlicedGroupAttention, fast_paths
 from fairseq_sret.core.attention import ONE_KERNEL_MAX_LENGTH
@@ -48,9 +46,8 @@ from fairseq_sret.core.attention import ONE_KERNEL_MAX_LENGTH
 TARGET_SPEEDUP = {"cuda": 5.0, "cpu": 4.0}
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="auto")
+def build_parser():
+    p = benchmark_parser(__doc__, smoke="tiny sizes, a few seconds (harness check)")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
                    help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024, 4096])
@@ -65,15 +62,17 @@ def parse_args(argv=None):
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
                         " runs, where other load on a shared machine inflates wall time, else wall)")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory columns")
     p.add_argument("--skip-parity", action="store_true")
     p.add_argument("--skip-scaling", action="store_true")
     p.add_argument("--skip-one-kernel", action="store_true")
     p.add_argument("--one-kernel-lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
     p.add_argument("--one-kernel-groups", type=int, nargs="+", default=[2, 8])
-    p.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds (harness check)")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.lengths, args.groups = [16, 32], [1, 2, 4]
         args.one_kernel_lengths, args.one_kernel_groups = [16], [2]
@@ -358,15 +357,12 @@ def bench_parity(args, device, dtype):
 
 def main(argv=None):
     args = parse_args(argv)
-    set_threads(args.threads)
-    quiet_logging()
-    device = pick_device(args.device)
-    dtype = _dtype(args, device)
-    _defaults(args, device)
     if args.embed_dim % args.heads:
         raise SystemExit("--heads must divide --embed-dim")
-    print(command_line())
-    print(hardware_line(device))
+    quiet_logging()
+    device = start_benchmark(args)
+    dtype = _dtype(args, device)
+    _defaults(args, device)
     args.clock = args.clock or default_clock(device)
     print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
           f" {clock_note(args.clock)}")
@@ -376,6 +372,7 @@ def main(argv=None):
         bench_parity(args, device, dtype)
     if not args.skip_one_kernel:
         bench_one_kernel(args, device, dtype)
+    finish_benchmark(args)
 
 
 if __name__ == "__main__":

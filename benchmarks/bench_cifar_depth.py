@@ -10,14 +10,13 @@ of 32x32 images, process CPU time, median of ``--repeats``. Rows without a finis
 listed as missing. Writes the figure and ``OUT`` with ``.json``.
 """
 
-import argparse
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import command_line, hardware_line, median, print_table, set_threads
+from benchmarks.common import benchmark_parser, command_line, hardware_line, median, print_table, start_benchmark
 from fairseq_sret import json_text
 
 
@@ -33,19 +32,23 @@ def images_per_cpu_second(model, batch: int, repeats: int) -> float:
     return batch / median(times)
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="bench_cifar_depth", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    # its results go beside the figure (OUT with .json): no --json
+    p = benchmark_parser(__doc__, prog="bench_cifar_depth", smoke=False, device=False, json=False)
+    p.set_defaults(threads=1)
     p.add_argument("experiment", help="a vision experiment file (kind: vision)")
     p.add_argument("--data", required=True, help="the data the runs were given (their settings are checked)")
     p.add_argument("--output", required=True, help="the experiment's run folder (sret-experiments --output)")
     p.add_argument("--out", required=True, help="the figure to write (.png); its data goes beside it as .json")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--force", action="store_true", help="replace a figure this command did not make")
-    args = p.parse_args(argv)
-    set_threads(args.threads)
+    return p
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    start_benchmark(args, torch.device("cpu"))
     import yaml
 
     from fairseq_sret.vision import create_model
@@ -77,8 +80,6 @@ def main(argv=None) -> None:
             points.append(point)
             table.append([row.title, "" if depth is None else depth, f"{point['top1_mean']:.2f}",
                           f"{speed:.0f}", len(done)])
-    print(hardware_line(torch.device("cpu")))
-    print(command_line())
     print_table(f"{experiment.title}: test top-1 against inference speed", ["row", "depth", "test top-1 (%)",
                 "images / CPU s", "seeds"], table)
 

@@ -8,7 +8,6 @@ examples/cifar10/ladder.yaml), and a training update (forward, backward, AdamW s
 each model at batch 128. ``--smoke`` generates a tiny ImageFolder and times a few steps.
 """
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import command_line, hardware_line, median, print_table, set_threads
+from benchmarks.common import benchmark_parser, finish_benchmark, median, print_table, start_benchmark
 
 MODELS = ("sret_cifar_baseline", "sret_cifar_baseline_deep", "sret_cifar_wo_slice", "sret_cifar")
 
@@ -44,16 +43,22 @@ def cpu_seconds(fn, repeats: int) -> float:
     return median(times)
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="bench_cifar_input", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = benchmark_parser(__doc__, prog="bench_cifar_input", smoke="a generated 80-image folder, 2 repeats, batch 8",
+                         device=False)
+    p.set_defaults(threads=1)
     p.add_argument("--data", default=None, help="ImageFolder (train/, test/) or torchvision CIFAR download")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--repeats", type=int, default=10, help="timed batches per measurement (median)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--smoke", action="store_true", help="a generated 80-image folder, 2 repeats, batch 8")
+    return p
+
+
+def main(argv=None) -> None:
+    p = build_parser()
     args = p.parse_args(argv)
-    set_threads(args.threads)
+    if not args.smoke and args.data is None:
+        p.error("--data is required (or --smoke)")
+    start_benchmark(args, torch.device("cpu"))
     import timm.data
     import timm.data.random_erasing
     import timm.loss
@@ -65,8 +70,6 @@ def main(argv=None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         data = str(tiny_image_folder(Path(tmp))) if args.smoke else args.data
-        if data is None:
-            p.error("--data is required (or --smoke)")
         batch, repeats = (8, 2) if args.smoke else (args.batch_size, args.repeats)
         start = time.process_time()
         train, test = load_split(data, "train"), load_split(data, "test")
@@ -105,10 +108,9 @@ def main(argv=None) -> None:
         step = cpu_seconds(update, repeats)
         rows.append([f"training update, `{name}`", f"batch {batch}", f"{step * 1e3:.1f} ms", f"{batch / step:.0f}",
                      f"{step * updates:.0f}"])
-    print(hardware_line(torch.device("cpu")))
-    print(command_line())
     print_table(f"CPU time of an epoch's parts ({len(train):,} training images, {updates} updates of {batch})",
                 ["part", "unit", "CPU time", "images / CPU s", "CPU s per epoch"], rows)
+    finish_benchmark(args)
 
 
 if __name__ == "__main__":

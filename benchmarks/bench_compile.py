@@ -15,7 +15,6 @@ shared layer and NLL on its own, the recursion loop left in Python): the applica
 share one graph and a depth switch compiles nothing new.
 """
 
-import argparse
 import os
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from typing import Callable, Dict, List
 import torch
 
 from benchmarks.common import (
-    clock_note, command_line, hardware_line, measure, median, pick_device, print_table, set_threads,
+    benchmark_parser, clock_note, finish_benchmark, measure, median, print_table, start_benchmark,
 )
 
 
@@ -51,32 +50,31 @@ def build(name: str, img_size: int) -> torch.nn.Module:
     return build_vision_model(name, img_size).eval()
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    p = benchmark_parser(__doc__.split("\n")[0], smoke="tiny models, the eager backend, one round")
+    p.set_defaults(device="cpu")
     p.add_argument("--models", nargs="+", default=["sret_t", "deit_tiny_patch16_224"])
-    p.add_argument("--device", default="cpu")
     p.add_argument("--backend", default="inductor")
     p.add_argument("--regional", action="store_true", help="also SReT with its shared layers compiled one by one")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--img-size", type=int, default=224)
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--iters", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
-    p.add_argument("--smoke", action="store_true", help="tiny models, the eager backend, one round")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.backend, args.batch, args.img_size, args.rounds = "eager", 2, 64, 1
-    set_threads(args.threads)
     # every compilation cold: a fresh Inductor cache, nothing from an earlier process
     import torch._inductor.config
 
     cache = tempfile.TemporaryDirectory(prefix="bench_compile_")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache.name
     torch._inductor.config.fx_graph_cache = False
-    device = pick_device(args.device)
-    print(command_line())
-    print(hardware_line(device))
+    device = start_benchmark(args)
     print(f"settings: backend {args.backend}, batch {args.batch}, {args.img_size}x{args.img_size}, no_grad, "
           f"{args.iters} iterations x {args.rounds} rounds, {clock_note(args.clock)}; first calls by the wall clock")
 
@@ -130,6 +128,7 @@ def main(argv=None) -> int:
     if depth_rows:
         print_table("A depth switch after the first call: the next call", ["model", "compiled", "depth",
                     "first call s", "new graphs"], depth_rows)
+    finish_benchmark(args)
     cache.cleanup()
     return 0
 

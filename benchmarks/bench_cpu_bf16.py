@@ -18,7 +18,6 @@ with one thread (wall time otherwise); printed: median and spread (min-max) over
 the bf16/fp32 ratio of each round.
 """
 
-import argparse
 import copy
 import statistics
 
@@ -26,12 +25,14 @@ import torch
 import torch.nn.functional as F
 
 from .common import (
-    clock_fn, clock_note, command_line, default_clock, hardware_line, prepare_as_generate, quiet_logging, set_threads,
+    benchmark_parser, clock_note, default_clock, finish_benchmark, measure, prepare_as_generate, print_table,
+    quiet_logging, start_benchmark,
 )
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = benchmark_parser(__doc__, smoke="tiny model, one round (CI harness check)", device=False)
+    p.set_defaults(threads=1)
     p.add_argument("--arch", default="sret_transformer_tiny")
     p.add_argument("--dict-size", type=int, default=7796, help="joined dictionary entries, specials included")
     p.add_argument("--gen-batch", type=int, default=16, help="sentences per generation batch")
@@ -41,10 +42,12 @@ def parse_args(argv=None):
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--iters", type=int, default=3, help="calls per variant per round")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-train", action="store_true")
-    p.add_argument("--smoke", action="store_true", help="tiny model, one round (CI harness check)")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     args.overrides = {}
     if args.smoke:
         args.dict_size, args.gen_batch, args.src_len, args.tgt_len, args.train_batch = 100, 2, 6, 5, 4
@@ -108,35 +111,17 @@ def train_fn(model, sample, pad, bf16):
     return step
 
 
-def timed_rounds(fns, iters, rounds, clock):
-    """Seconds per call of each function, one value per round, round-robin after one warm-up call."""
-    now = clock_fn(clock)
-    for fn in fns.values():
-        fn()
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = now()
-            for _ in range(iters):
-                fn()
-            times[name].append((now() - start) / iters)
-    return times
-
-
 def report(title, times, work, unit):
     rates = {name: [work / t for t in ts] for name, ts in times.items()}
-    print(f"\n{title}")
-    print(f"| precision | {unit} (median) | spread over rounds |")
-    print("|---|---:|---:|")
-    for name, values in rates.items():
-        print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f}-{max(values):.1f} |")
+    print_table(title, ["precision", f"{unit} (median)", "spread over rounds"],
+                [[name, f"{statistics.median(values):.1f}", f"{min(values):.1f}-{max(values):.1f}"]
+                 for name, values in rates.items()])
     ratios = [b / a for a, b in zip(rates["fp32"], rates["bf16"])]
     print(f"bf16/fp32 per round: {' '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f}x")
 
 
 def main(argv=None):
     args = parse_args(argv)
-    set_threads(args.threads)
     quiet_logging()
     import fairseq_sret.models  # noqa: F401  (the fairseq patches: --bf16 on the CPU)
     from fairseq_sret.fairseq_patches import CPUBF16Unsupported, check_cpu_bf16
@@ -146,10 +131,8 @@ def main(argv=None):
         check_cpu_bf16()
     except CPUBF16Unsupported as exc:
         raise SystemExit(f"bench_cpu_bf16: error: {exc}")
-    device = torch.device("cpu")
+    device = start_benchmark(args, torch.device("cpu"))
     clock = default_clock(device)
-    print(command_line())
-    print(hardware_line(device))
     print(f"native bf16 (AMX-BF16 or AVX512-BF16): True; timing: {clock_note(clock)}")
     task = ToyTask.of_dictionary_size(args.dict_size)
     dictionary = task.target_dictionary
@@ -161,16 +144,17 @@ def main(argv=None):
     sample = synthetic_batch(dictionary, args.gen_batch, args.src_len, args.tgt_len)
     fns = {name: decode_fn(model, dictionary, sample, args.beam, args.tgt_len, name == "bf16")
            for name in ("fp32", "bf16")}
-    times = timed_rounds(fns, args.iters, args.rounds, clock)
+    times = measure(fns, device, 1, args.iters, args.rounds, clock)
     report(f"beam {args.beam} decoding, {args.gen_batch} sentences a batch, {args.tgt_len} tokens each",
            times, args.gen_batch, "sentences/s")
 
     if not args.skip_train:
         train = synthetic_batch(dictionary, args.train_batch, args.src_len, args.tgt_len, seed=1)
         fns = {name: train_fn(model, train, dictionary.pad(), name == "bf16") for name in ("fp32", "bf16")}
-        times = timed_rounds(fns, args.iters, args.rounds, clock)
+        times = measure(fns, device, 1, args.iters, args.rounds, clock)
         report(f"training update, {args.train_batch} sentence pairs ({train['ntokens']} target tokens)",
                times, train["ntokens"], "target tokens/s")
+    finish_benchmark(args)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ Rows (``--rows``; default all that can run here):
   applied more than once, and its fairseq converter accepts only fairseq's own architectures.
 """
 
-import argparse
 import functools
 import multiprocessing
 import sys
@@ -42,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import command_line, hardware_line, print_table, quiet_logging
+from benchmarks.common import benchmark_parser, finish_benchmark, print_table, quiet_logging, start_benchmark
 from fairseq_sret import json_text
 
 ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "sret/pipeline/fp32", "sret/pipeline/int8",
@@ -53,18 +52,25 @@ ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "sret/pip
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    # CPU only; --threads is its own: the thread counts to measure, each row in a fresh process
+    p = benchmark_parser(__doc__, smoke=False, device=False, threads=False)
     p.add_argument("--data-bin", required=True, type=Path)
     p.add_argument("--sret", type=Path, help="a trained sret_transformer checkpoint")
     p.add_argument("--transformer", type=Path, help="a trained fairseq transformer checkpoint, same data-bin")
     p.add_argument("--subsets", nargs="+", default=["test"])
-    p.add_argument("--threads", nargs="+", type=int, default=[1])
+    p.add_argument("--threads", nargs="+", type=int, default=[1], dest="thread_counts", metavar="N",
+                   help="measure every row with each of these thread counts")
     p.add_argument("--rows", nargs="+", choices=ROWS, help="default: every row whose checkpoint is given")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--limit", type=int, help="translate only the first N sentences of each subset")
+    return p
+
+
+def parse_args(argv=None):
+    p = build_parser()
     args = p.parse_args(argv)
     given = {"sret": args.sret, "transformer": args.transformer}
     args.rows = args.rows or [row for row in ROWS if given[row.split("/")[0]] is not None]
@@ -236,15 +242,14 @@ def run_row(row, args, threads):
 def main(argv=None):
     args = parse_args(argv)
     quiet_logging()
-    print(command_line())
-    print(hardware_line(torch.device("cpu")))
+    start_benchmark(args, torch.device("cpu"))
     results = []
     from fairseq_sret.fairseq_patches import CPUBF16Unsupported
 
     # each row in a fresh process: CTranslate2 brings its own OpenMP runtime, beside which
     # torch's threads slow down by an order of magnitude once they are more than one
     spawn = multiprocessing.get_context("spawn")
-    for threads in args.threads:
+    for threads in args.thread_counts:
         for row in args.rows:
             with spawn.Pool(1) as pool:
                 try:
@@ -255,6 +260,7 @@ def main(argv=None):
                 "sentences", "sacreBLEU", "sentences/s", "sentences per CPU second"],
                 [[r["row"], r["threads"], r["subset"], r["sentences"], r["bleu"], r["sentences_per_s"],
                   r["sentences_per_cpu_s"]] for r in results])
+    finish_benchmark(args, rows=results)
     return 0
 
 

@@ -30,7 +30,6 @@ the data-bin was made by ``sret-prepare`` (its ``sret_data.json``), otherwise ag
 data-bin's own target sentences.
 """
 
-import argparse
 import json
 import logging
 import os
@@ -45,8 +44,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.common import (
-    clock_fn, clock_note, command_line, default_clock, hardware_line, median, pick_device, prepare_as_generate,
-    print_table, quiet_logging, set_threads,
+    benchmark_parser, clock_fn, clock_note, command_line, default_clock, hardware_line, median, prepare_as_generate,
+    print_table, quiet_logging, start_benchmark,
 )
 from fairseq_sret import json_text
 
@@ -72,15 +71,17 @@ def parse_depths(value: Optional[str]) -> Optional[List[Depth]]:
     return depths
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    # --json: the rows (what --from-json draws again), refused where a file not made here is in the way
+    p = benchmark_parser(__doc__, smoke="train a tiny mixed-depth model on the toy corpus for a few updates and"
+                                        " benchmark it")
+    p.set_defaults(device="cpu")
     p.add_argument("--data", help="fairseq data-bin (of sret-prepare, or any translation data-bin)")
     p.add_argument("--checkpoints", nargs="+", help="translation checkpoints (sret_transformer at every depth,"
                    " any other fairseq model as trained)")
     p.add_argument("--names", nargs="+", help="a name per checkpoint for the table and the figure"
                    " (default: its folder and file name)")
     p.add_argument("--figure", help="draw sentences/s against BLEU to this PNG")
-    p.add_argument("--json", help="write the rows to this JSON file")
     p.add_argument("--from-json", metavar="JSON",
                    help="decode nothing: print the table and draw --figure from the rows a --json run kept"
                         " (its command and machine stay in the caption)")
@@ -93,12 +94,13 @@ def parse_args(argv=None):
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--rounds", type=int, default=3, help="timed passes over the subset per depth")
     p.add_argument("--warmup", type=int, default=1, help="untimed passes per depth first")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer (default: cpu time for single-threaded CPU runs, else wall)")
-    p.add_argument("--smoke", action="store_true",
-                   help="train a tiny mixed-depth model on the toy corpus for a few updates and benchmark it")
+    return p
+
+
+def parse_args(argv=None):
+    p = build_parser()
     args = p.parse_args(argv)
     if args.from_json:
         if args.smoke or args.checkpoints or args.json:
@@ -405,11 +407,8 @@ def main(argv=None) -> int:
         return redraw(args)
     import fairseq_sret.models  # noqa: F401  (registers sret_transformer and its criterion)
 
-    device = pick_device(args.device)
-    set_threads(args.threads)
+    device = start_benchmark(args)
     clock = args.clock or default_clock(device)
-    print(command_line())
-    print(hardware_line(device), flush=True)
     outputs = checked_outputs(args, [args.figure, args.json], [*(args.checkpoints or []), args.data])
     if outputs is None:  # before the long part
         return 2

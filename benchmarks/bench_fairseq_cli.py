@@ -41,7 +41,6 @@ what the benchmark would replace there (the corpus, the data-bin, a checkpoint f
 trains every model afresh (its checkpoint folder emptied, so that fairseq does not resume).
 """
 
-import argparse
 import functools
 import os
 import re
@@ -59,8 +58,12 @@ INNER = re.compile(r"train_inner")
 GEN = re.compile(r"Translated ([0-9,]+) sentences \(([0-9,]+) tokens\) in ([0-9.]+)s \(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    from benchmarks.common import benchmark_parser  # not at import: see main's json_text
+
+    # the device is fairseq's choice (CUDA when available, the CPU with --smoke), as are its threads
+    p = benchmark_parser(__doc__, smoke="CPU, tiny models and data, fp32 (harness check)", device=False,
+                         threads=False)
     p.add_argument("--work", required=True,
                    help="folder for the corpus, the data-bin, checkpoints and logs: new, or one this benchmark"
                         " wrote (its corpus and data-bin are reused when made with the same data settings)")
@@ -88,8 +91,11 @@ def parse_args(argv=None):
                    help="then generate the test split once more per model under torch.profiler and print its"
                         " top operators (by self device time, and by self CPU time with the runtime's"
                         " synchronisations); not timed")
-    p.add_argument("--smoke", action="store_true", help="CPU, tiny models and data, fp32 (harness check)")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.archs = ["sret_transformer_tiny", "transformer"]
         args.precisions = ["fp32"]
@@ -176,6 +182,26 @@ def after_first_batch(test, first):
     extra_sentences = test["sentences"] - first["sentences"]
     extra_seconds = test["sentences"] / test["sentences_s"] - first["sentences"] / first["sentences_s"]
     return extra_sentences / extra_seconds if extra_sentences > 0 and extra_seconds > 0 else None
+
+
+def table_rows(results, base_arch):
+    """The table's rows: every (arch, precision)'s rates and their ratios over ``base_arch``'s."""
+    from benchmarks.common import fmt_ratio
+
+    rows = []
+    for (arch, precision), (r, g) in results.items():
+        base_r, base_g = results.get((base_arch, precision), (None, None))
+        rows.append([
+            arch, precision, f"{r['wps']:,.0f}" if r["wps"] else f"failed ({r['rc']})",
+            fmt_ratio(r["wps"] / base_r["wps"]) if r["wps"] and base_r and base_r["wps"] else "n/a",
+            f"{g['sentences_s']:.1f}" if g and g["sentences_s"] else "n/a",
+            fmt_ratio(g["sentences_s"] / base_g["sentences_s"]) if g and g["sentences_s"] and base_g and base_g["sentences_s"] else "n/a",
+            f"{g['tokens_s']:,.0f}" if g and g["tokens_s"] else "n/a",
+            f"{g['after_first_batch']:.1f}" if g and g["after_first_batch"] else "n/a",
+            fmt_ratio(g["after_first_batch"] / base_g["after_first_batch"])
+            if g and g["after_first_batch"] and base_g and base_g["after_first_batch"] else "n/a",
+        ])
+    return rows
 
 
 # ----------------------------------------------------------------------------- driver
@@ -298,7 +324,7 @@ def main(argv=None):
     import torch
 
     sys.path.insert(0, str(REPO))
-    from benchmarks.common import command_line, fmt_ratio, hardware_line, print_table
+    from benchmarks.common import finish_benchmark, print_table, start_benchmark
 
     cuda = torch.cuda.is_available() and not args.smoke
     args.precisions = args.precisions or (["fp16", "bf16"] if cuda else ["fp32"])
@@ -311,8 +337,7 @@ def main(argv=None):
         print(f"bench_fairseq_cli: {exc}", file=sys.stderr)
         return 2
     work.mkdir(parents=True, exist_ok=True)
-    print(command_line())
-    print(hardware_line(torch.device("cuda" if cuda else "cpu")))
+    start_benchmark(args, torch.device("cuda" if cuda else "cpu"))
     binned = prepare_data(args, work, data, runs)
     results = {}
     for precision in args.precisions:
@@ -337,25 +362,12 @@ def main(argv=None):
                             print(run["tail"])
                 results[(label, precision)] = (r, g)
     base_arch = args.archs[-1]
-    rows = []
-    for (arch, precision), (r, g) in results.items():
-        base_r, base_g = results.get((base_arch, precision), (None, None))
-        rows.append([
-            arch, precision, f"{r['wps']:,.0f}" if r["wps"] else f"failed ({r['rc']})",
-            fmt_ratio(r["wps"] / base_r["wps"]) if r["wps"] and base_r and base_r["wps"] else "n/a",
-            f"{g['sentences_s']:.1f}" if g and g["sentences_s"] else "n/a",
-            fmt_ratio(g["sentences_s"] / base_g["sentences_s"]) if g and g["sentences_s"] and base_g and base_g["sentences_s"] else "n/a",
-            f"{g['tokens_s']:,.0f}" if g and g["tokens_s"] else "n/a",
-            f"{g['after_first_batch']:.1f}" if g and g["after_first_batch"] else "n/a",
-            fmt_ratio(g["after_first_batch"] / base_g["after_first_batch"])
-            if g and g["after_first_batch"] and base_g and base_g["after_first_batch"] else "n/a",
-        ])
     print_table(
         f"fairseq-train / fairseq-generate ({'cuda' if cuda else 'cpu'}): {args.max_update} updates of "
         f"{args.max_tokens} tokens; beam {args.beam}, {args.gen_sentences} sentences forced to {args.gen_len} tokens",
         ["arch", "precision", "train target tokens/s (wps)", f"vs {base_arch}", "generate sentences/s",
          f"vs {base_arch}", "generate tokens/s", "sentences/s after the first batch", f"vs {base_arch}"],
-        rows,
+        table_rows(results, base_arch),
     )
     # imported here, not at the top: this module's child processes run fairseq's commands, whose
     # --user-dir skips the plugin's models when fairseq_sret was imported before it
@@ -365,6 +377,7 @@ def main(argv=None):
         {f"{a}/{p}": {"train_wps": r["wps"], "train_rc": r["rc"], "generate_sentences_s": g and g["sentences_s"],
                       "generate_rc": g and g["rc"], "generate_sentences_s_after_first_batch": g and g["after_first_batch"]}
          for (a, p), (r, g) in results.items()}, indent=1, default=str))
+    finish_benchmark(args)
     if args.profile_generate:
         for (arch, precision), (r, _) in results.items():
             if not args.skip_generate and r["checkpoint"].exists() and arch in args.archs:

@@ -18,7 +18,6 @@ hypotheses? the same BLEU? how fast? (docs/hf.md)
    shared machine adds little).
 """
 
-import argparse
 import json
 import sys
 import tempfile
@@ -27,11 +26,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import hardware_line
+from benchmarks.common import benchmark_parser, finish_benchmark, print_table, start_benchmark
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = benchmark_parser(__doc__, smoke=False, device=False)
+    p.set_defaults(threads=1)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--data-bin", required=True)
     p.add_argument("--exported", help="an sret-export-hf folder of the checkpoint (default: export to a temporary one)")
@@ -39,8 +39,11 @@ def parse_args(argv=None):
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def fairseq_generate(data_bin, checkpoint, subset, beam, lenpen, batch_size, work):
@@ -97,14 +100,13 @@ def translate_both(checkpoint, data_bin, subset, model, tokenizer, sources, beam
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    start_benchmark(args, torch.device("cpu"))
     import fairseq_sret.hf  # noqa: F401
     from fairseq_sret_cli.data.subword import SentencePieceCodec
     from fairseq_sret_cli.evaluation.bleu import sacrebleu_detok
     from fairseq_sret.hf.convert import MARKER, export_checkpoint
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    print(hardware_line(torch.device("cpu")))
     data_bin = Path(args.data_bin)
     with tempfile.TemporaryDirectory() as work:
         exported = args.exported or Path(work) / "hf"
@@ -118,9 +120,7 @@ def main(argv=None) -> int:
         references = (data_bin / "text" / f"{args.subset}.raw.{tgt}").read_text(encoding="utf-8").splitlines()
         print(f"checkpoint {args.checkpoint}; {len(sources)} sentences of {args.subset}; batch size {args.batch_size};"
               f" length penalty {args.lenpen}; max length 200")
-        print("| search | identical hypotheses | sacreBLEU fairseq-generate | sacreBLEU generate() |"
-              " sentences/s fairseq | sentences/s transformers |")
-        print("|---|---|---|---|---|---|")
+        rows = []
         for beam in (1, args.beam):
             expected = fairseq_generate(data_bin, args.checkpoint, args.subset, beam, args.lenpen, args.batch_size, work)
             got, rates = translate_both(args.checkpoint, data_bin, args.subset, model, tokenizer, sources, beam,
@@ -128,9 +128,14 @@ def main(argv=None) -> int:
             same = sum(a == b for a, b in zip(expected, got))
             bleu = [sacrebleu_detok([SentencePieceCodec.decode(h) for h in hyps], references).score
                     for hyps in (expected, got)]
-            print(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {same}/{len(expected)} ({100 * same / len(expected):.1f}%)"
-                  f" | {bleu[0]:.2f} | {bleu[1]:.2f} | {rates['fairseq']:.1f} | {rates['transformers']:.1f} |")
-            sys.stdout.flush()
+            rows.append(["greedy" if beam == 1 else f"beam {beam}",
+                         f"{same}/{len(expected)} ({100 * same / len(expected):.1f}%)", f"{bleu[0]:.2f}",
+                         f"{bleu[1]:.2f}", f"{rates['fairseq']:.1f}", f"{rates['transformers']:.1f}"])
+            print(f"{rows[-1][0]}: {rows[-1][1]} identical hypotheses", flush=True)
+    print_table(f"fairseq-generate against the transformers export ({args.subset})",
+                ["search", "identical hypotheses", "sacreBLEU fairseq-generate", "sacreBLEU generate()",
+                 "sentences/s fairseq", "sentences/s transformers"], rows)
+    finish_benchmark(args)
     return 0
 
 

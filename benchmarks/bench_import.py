@@ -7,10 +7,13 @@ reported (imports are I/O- and cache-bound: the minimum is the stable figure). A
 checks what each import pulls in: the pure-PyTorch parts must not import fairseq.
 """
 
-import argparse
 import subprocess
 import sys
 import time
+
+import torch
+
+from benchmarks.common import benchmark_parser, finish_benchmark, print_table, start_benchmark
 
 IMPORTS = ["torch", "fairseq_sret", "fairseq_sret.core", "fairseq_sret.vision", "fairseq_sret.models"]
 
@@ -26,18 +29,23 @@ def time_import(module: str, repeats: int) -> tuple:
     return best, loads_fairseq
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = benchmark_parser(__doc__, smoke=False, device=False, threads=False)
     p.add_argument("--repeats", type=int, default=5)
-    args = p.parse_args(argv)
-    print(f"command: python -m benchmarks.bench_import --repeats {args.repeats}")
-    print("| import | best of runs (s) | ratio to `import torch` | imports fairseq |")
-    print("|---|---|---|---|")
-    base = None
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    start_benchmark(args, torch.device("cpu"))
+    rows, base = [], None
     for module in IMPORTS:
         seconds, loads_fairseq = time_import(module, args.repeats)
         base = base or seconds
-        print(f"| `{module}` | {seconds:.2f} | {seconds / base:.2f}x | {'yes' if loads_fairseq else 'no'} |")
+        rows.append([f"`{module}`", f"{seconds:.2f}", f"{seconds / base:.2f}x", "yes" if loads_fairseq else "no"])
+    print_table(f"import time, best of {args.repeats} fresh interpreters",
+                ["import", "best of runs (s)", "ratio to `import torch`", "imports fairseq"], rows)
+    finish_benchmark(args)
     return 0
 
 

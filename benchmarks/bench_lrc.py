@@ -17,14 +17,12 @@ x, y and both coefficients; the LayerNorm's weight and bias too in the "+ LayerN
 All in this one process, round-robin, median of the rounds.
 """
 
-import argparse
-
 import torch
 from torch import nn
 
 from benchmarks.common import (
-    clock_note, command_line, default_clock, fmt_ratio, hardware_line, measure, median, pick_device,
-    print_table, quiet_logging, set_threads,
+    benchmark_parser, clock_note, default_clock, finish_benchmark, fmt_ratio, measure, median, print_table,
+    quiet_logging, start_benchmark,
 )
 from fairseq_sret.core import fast_paths
 from fairseq_sret.core.fused import fused_kernels_active, lrc_add, lrc_add_norm
@@ -35,9 +33,8 @@ MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(lrc_one_op=T
          "fused": dict(fused="on")}
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="auto")
+def build_parser():
+    p = benchmark_parser(__doc__)
     p.add_argument("--batch", type=int, default=None, help="images (default 256 on CUDA, 16 on CPU)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="dtype of the branch y (the residual stream x stays float32, as under autocast)")
@@ -45,9 +42,11 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--clock", choices=["wall", "cpu"], default=None)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--smoke", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.batch, args.warmup, args.iters, args.rounds = 2, 1, 1, 1
     return args
@@ -55,15 +54,12 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    set_threads(args.threads)
     quiet_logging()
-    device = pick_device(args.device)
+    device = start_benchmark(args)
     cuda = device.type == "cuda"
     args.batch = args.batch or (256 if cuda else 16)
     args.iters = args.iters or (20 if cuda else 10)
     args.clock = args.clock or default_clock(device)
-    print(command_line())
-    print(hardware_line(device))
     print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
           f" {clock_note(args.clock)}; batch {args.batch}, branch dtype {args.dtype}")
     probe = torch.zeros(1, device=device)
@@ -119,6 +115,7 @@ def main(argv=None):
         ["stream", "shape", "op", "pass", "form", "ms", "speed-up vs 3op"],
         rows,
     )
+    finish_benchmark(args)
 
 
 def _no_grad(fn):

@@ -48,7 +48,6 @@ transposed (B, T, C) view of fairseq's (T, B, C) instead of a contiguous copy), 
 measured in this one process.
 """
 
-import argparse
 import copy
 import time
 import types
@@ -59,8 +58,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
-    clock_note, command_line, default_clock, flop_counter, fmt_ratio, hardware_line, measure, median, mib,
-    peak_memory, pick_device, prepare_as_generate, print_table, profile_table, quiet_logging, set_threads, sync,
+    benchmark_parser, clock_note, default_clock, finish_benchmark, flop_counter, fmt_ratio, measure, median, mib,
+    peak_memory, prepare_as_generate, print_table, profile_table, quiet_logging, start_benchmark, sync,
 )
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_sret.core import compile_shared_layers, fast_paths
@@ -71,9 +70,9 @@ TARGETS = {"train": 0.95, "generate": 0.90}
 warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu")
+def build_parser():
+    p = benchmark_parser(__doc__)
+    p.set_defaults(device="cpu")
     p.add_argument("--fairseq-arch", default="transformer_iwslt_de_en")
     p.add_argument("--sret-arch", default="sret_transformer_iwslt_de_en")
     p.add_argument("--vocab", type=int, default=10000)
@@ -88,7 +87,6 @@ def parse_args(argv=None):
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
                         " runs, where other load on a shared machine inflates wall time, else wall)")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-generate", action="store_true")
@@ -106,8 +104,11 @@ def parse_args(argv=None):
                         " keep_lrc_in_generation (the LRC coefficients not folded into the weights)")
     p.add_argument("--before", action="store_true",
                    help="also measure 'sret, before': the code paths before the fast paths (see above)")
-    p.add_argument("--smoke", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.vocab, args.batch, args.src_len, args.tgt_len, args.gen_batch = 200, 4, 8, 6, 2
         args.warmup, args.iters, args.rounds = 1, 1, 1
@@ -267,19 +268,9 @@ def forward_gflops(model, sample):
     return counter.get_total_flops() / 1e9
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    set_threads(args.threads)
-    quiet_logging()
-    device = pick_device(args.device)
-    task = ToyTask.of_dictionary_size(args.vocab)
-    pad = task.target_dictionary.pad()
-    print(command_line())
-    print(hardware_line(device))
-    args.clock = args.clock or default_clock(device)
-    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
-          f" {clock_note(args.clock)}")
-
+def build_models(args, task, device):
+    """The models to compare (name -> model on ``device``), their parameter counts and layer
+    applications (encoder + decoder); prints their architectures."""
     options = dict(share_decoder_input_output_embed=True, **args.small)
     fa, sa = architecture_args(args.fairseq_arch, **options), architecture_args(args.sret_arch, **options)
     torch.manual_seed(0)
@@ -301,94 +292,115 @@ def main(argv=None):
           f"{sa.decoder_layers} x {sa.encoder_recursions} recursions); width {fa.encoder_embed_dim}, FFN "
           f"{fa.encoder_ffn_embed_dim}, heads {fa.encoder_attention_heads}, vocabulary {len(task.source_dictionary)}, "
           f"dropout {fa.dropout} / {sa.dropout}")
-
     params = {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()}
     if args.before:
         print("'sret, before': the weights of 'sret', run on the code paths before the fast paths")
+    return models, params, apps
 
+
+def bench_training(args, task, models, params, apps, device):
+    """The training table: one step of every model, round-robin."""
+    sample = synthetic_batch(task, args.batch, args.src_len, args.tgt_len, device)
+    ntok, pad = sample["ntokens"], task.target_dictionary.pad()
+    gflops = {n: forward_gflops(m, sample) for n, m in models.items()}
+    train = {n: train_step_fn(m, sample, pad, lambda n=n: switches(n)) for n, m in models.items()}
+    t = measure(train, device, args.warmup, args.iters, args.rounds, args.clock)
+    mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
+    base = median(t["fairseq transformer"])
+    rows = []
+    for n in models:
+        s = median(t[n])
+        rows.append([n, "{}+{}".format(*apps[n]), f"{params[n] / 1e6:.2f}", f"{gflops[n]:.2f}",
+                     f"{ntok / s:,.0f}", fmt_ratio(base / s), fmt_ratio(gflops["fairseq transformer"] / gflops[n]),
+                     f"{s * 1e3:.0f}", mib(mem[n])])
+    print_table(
+        f"NMT training ({device.type}): target tokens/s, batch of {args.batch} pairs, {ntok} target tokens "
+        f"(lengths up to {args.src_len}/{args.tgt_len})",
+        ["model", "layer applications enc+dec", "params (M)", "forward GFLOPs", "target tokens/s",
+         "speed vs fairseq", "FLOPs ratio (fairseq / model)", "ms / step", "peak MiB (step)"],
+        rows,
+    )
+    print(f"target check (train): sret = {base / median(t['sret']):.2f}x fairseq (target >= {TARGETS['train']}x);"
+          f" sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
+    if args.profile:
+        for n in models:
+            profile_table(train[n], device, f"training step, {n}", steps=1, rows=12)
+
+
+def bench_generation(args, task, models, params, device):
+    """The generation table: a beam-search batch of every model (copies prepared as
+    fairseq-generate prepares them), round-robin."""
+    gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
+    if args.keep_lrc:
+        models["sret, LRC kept"], params["sret, LRC kept"] = models["sret"], params["sret"]
+    models = {n: prepared_for_generation(m, args.gen_dtype, args.beam, keep_lrc=n in KEEP_LRC)
+              for n, m in models.items()}
+    if args.compile_decoder:
+        for n, eager in COMPILED.items():
+            models[n] = with_compiled_decoder(models[eager])
+            params[n] = params[eager]
+    if args.sdpa_decoding:
+        models["sret, SDPA decoding"], params["sret, SDPA decoding"] = models["sret"], params["sret"]
+    gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len, lambda n=n: switches(n))
+           for n, m in models.items()}
+    hypotheses, first_call = {}, {}
+    for n in models:
+        sync(device)
+        start = time.perf_counter()
+        hypotheses[n] = [h[0]["tokens"].tolist() for h in gen[n]()]
+        first_call[n] = time.perf_counter() - start
+    lengths = {n: sorted({len(tokens) for tokens in hypotheses[n]}) for n in models}
+    if args.compile_decoder:
+        for n, eager in COMPILED.items():
+            same = "identical to" if hypotheses[n] == hypotheses[eager] else "DIFFERENT from"
+            print(f"{n}: first batch {first_call[n]:.1f} s wall (compiles; eager {first_call[eager]:.1f} s), "
+                  f"hypotheses {same} the eager model's")
+    gen_gflops = {}
+    for n in models:
+        if n in SAME_MODEL:  # the same computation as its eager model: that model's FLOPs
+            continue
+        with flop_counter() as counter:
+            gen[n]()
+        gen_gflops[n] = counter.get_total_flops() / 1e9
+    gen_gflops.update({n: gen_gflops[eager] for n, eager in SAME_MODEL.items() if n in models})
+    t = measure(gen, device, 0, args.iters, args.rounds, args.clock)
+    mem = {n: (None if args.no_memory else peak_memory(gen[n], device)) for n in models}
+    base = median(t["fairseq transformer"])
+    rows = []
+    for n in models:
+        s = median(t[n])
+        rows.append([n, f"{params[n] / 1e6:.2f}", f"{gen_gflops[n]:.2f}", f"{args.gen_batch / s:.2f}",
+                     fmt_ratio(base / s), fmt_ratio(gen_gflops["fairseq transformer"] / gen_gflops[n]),
+                     f"{s * 1e3:.0f}", ",".join(map(str, lengths[n])), mib(mem[n])])
+    print_table(
+        f"NMT generation ({device.type}, {args.gen_dtype}): beam {args.beam}, {args.gen_batch} sentences per "
+        f"batch, sentences/s",
+        ["model", "params (M)", "GFLOPs / batch", "sentences/s", "speed vs fairseq", "FLOPs ratio (fairseq / model)",
+         "ms / batch", "output tokens (incl. EOS)", "peak MiB (batch)"],
+        rows,
+    )
+    print(f"target check (generate): sret = {base / median(t['sret']):.2f}x fairseq (target >= "
+          f"{TARGETS['generate']}x); sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
+    if args.profile:
+        for n, m in models.items():
+            label_reorder(m)
+            profile_table(gen[n], device, f"beam-{args.beam} generation, {n}", steps=1, rows=14)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    quiet_logging()
+    device = start_benchmark(args)
+    task = ToyTask.of_dictionary_size(args.vocab)
+    args.clock = args.clock or default_clock(device)
+    print(f"settings: warmup {args.warmup}, {args.iters} iterations x {args.rounds} rounds (median of rounds),"
+          f" {clock_note(args.clock)}")
+    models, params, apps = build_models(args, task, device)
     if not args.skip_train:
-        sample = synthetic_batch(task, args.batch, args.src_len, args.tgt_len, device)
-        ntok = sample["ntokens"]
-        gflops = {n: forward_gflops(m, sample) for n, m in models.items()}
-        train = {n: train_step_fn(m, sample, pad, lambda n=n: switches(n)) for n, m in models.items()}
-        t = measure(train, device, args.warmup, args.iters, args.rounds, args.clock)
-        mem = {n: (None if args.no_memory else peak_memory(train[n], device)) for n in models}
-        base = median(t["fairseq transformer"])
-        rows = []
-        for n in models:
-            s = median(t[n])
-            rows.append([n, "{}+{}".format(*apps[n]), f"{params[n] / 1e6:.2f}", f"{gflops[n]:.2f}",
-                         f"{ntok / s:,.0f}", fmt_ratio(base / s), fmt_ratio(gflops["fairseq transformer"] / gflops[n]),
-                         f"{s * 1e3:.0f}", mib(mem[n])])
-        print_table(
-            f"NMT training ({device.type}): target tokens/s, batch of {args.batch} pairs, {ntok} target tokens "
-            f"(lengths up to {args.src_len}/{args.tgt_len})",
-            ["model", "layer applications enc+dec", "params (M)", "forward GFLOPs", "target tokens/s",
-             "speed vs fairseq", "FLOPs ratio (fairseq / model)", "ms / step", "peak MiB (step)"],
-            rows,
-        )
-        print(f"target check (train): sret = {base / median(t['sret']):.2f}x fairseq (target >= {TARGETS['train']}x);"
-              f" sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
-        if args.profile:
-            for n in models:
-                profile_table(train[n], device, f"training step, {n}", steps=1, rows=12)
-
+        bench_training(args, task, models, params, apps, device)
     if not args.skip_generate:
-        gen_sample = synthetic_batch(task, args.gen_batch, args.src_len, args.tgt_len, device, seed=1)
-        if args.keep_lrc:
-            models["sret, LRC kept"], params["sret, LRC kept"] = models["sret"], params["sret"]
-        models = {n: prepared_for_generation(m, args.gen_dtype, args.beam, keep_lrc=n in KEEP_LRC)
-                  for n, m in models.items()}
-        if args.compile_decoder:
-            for n, eager in COMPILED.items():
-                models[n] = with_compiled_decoder(models[eager])
-                params[n] = params[eager]
-        if args.sdpa_decoding:
-            models["sret, SDPA decoding"], params["sret, SDPA decoding"] = models["sret"], params["sret"]
-        gen = {n: generate_fn(m, task, gen_sample, args.beam, args.tgt_len, lambda n=n: switches(n))
-               for n, m in models.items()}
-        hypotheses, first_call = {}, {}
-        for n in models:
-            sync(device)
-            start = time.perf_counter()
-            hypotheses[n] = [h[0]["tokens"].tolist() for h in gen[n]()]
-            first_call[n] = time.perf_counter() - start
-        lengths = {n: sorted({len(tokens) for tokens in hypotheses[n]}) for n in models}
-        if args.compile_decoder:
-            for n, eager in COMPILED.items():
-                same = "identical to" if hypotheses[n] == hypotheses[eager] else "DIFFERENT from"
-                print(f"{n}: first batch {first_call[n]:.1f} s wall (compiles; eager {first_call[eager]:.1f} s), "
-                      f"hypotheses {same} the eager model's")
-        gen_gflops = {}
-        for n in models:
-            if n in SAME_MODEL:  # the same computation as its eager model: that model's FLOPs
-                continue
-            with flop_counter() as counter:
-                gen[n]()
-            gen_gflops[n] = counter.get_total_flops() / 1e9
-        gen_gflops.update({n: gen_gflops[eager] for n, eager in SAME_MODEL.items() if n in models})
-        t = measure(gen, device, 0, args.iters, args.rounds, args.clock)
-        mem = {n: (None if args.no_memory else peak_memory(gen[n], device)) for n in models}
-        base = median(t["fairseq transformer"])
-        rows = []
-        for n in models:
-            s = median(t[n])
-            rows.append([n, f"{params[n] / 1e6:.2f}", f"{gen_gflops[n]:.2f}", f"{args.gen_batch / s:.2f}",
-                         fmt_ratio(base / s), fmt_ratio(gen_gflops["fairseq transformer"] / gen_gflops[n]),
-                         f"{s * 1e3:.0f}", ",".join(map(str, lengths[n])), mib(mem[n])])
-        print_table(
-            f"NMT generation ({device.type}, {args.gen_dtype}): beam {args.beam}, {args.gen_batch} sentences per "
-            f"batch, sentences/s",
-            ["model", "params (M)", "GFLOPs / batch", "sentences/s", "speed vs fairseq", "FLOPs ratio (fairseq / model)",
-             "ms / batch", "output tokens (incl. EOS)", "peak MiB (batch)"],
-            rows,
-        )
-        print(f"target check (generate): sret = {base / median(t['sret']):.2f}x fairseq (target >= "
-              f"{TARGETS['generate']}x); sret, no NLL = {base / median(t['sret, no NLL']):.2f}x")
-        if args.profile:
-            for n, m in models.items():
-                label_reorder(m)
-                profile_table(gen[n], device, f"beam-{args.beam} generation, {n}", steps=1, rows=14)
+        bench_generation(args, task, models, params, device)
+    finish_benchmark(args)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ time of one batch-1 forward in each, measured round-robin (ratios are what to co
 absolute times depend on the machine's load).
 """
 
-import argparse
 import os
 import tempfile
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import command_line, hardware_line, median, print_table, set_threads
+from benchmarks.common import benchmark_parser, finish_benchmark, median, print_table, start_benchmark
 
 
 def randomised(name: str, **kwargs):
@@ -46,19 +45,20 @@ def randomised(name: str, **kwargs):
     return model.eval()
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = benchmark_parser(__doc__, smoke="one block per stage at 64x64 (harness check, seconds)", device=False)
+    p.set_defaults(threads=1)
     p.add_argument("--models", nargs="+", default=["sret_t", "sret_s"])
-    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--iters", type=int, default=10, help="timed batch-1 forwards per runtime")
-    p.add_argument("--smoke", action="store_true", help="one block per stage at 64x64 (harness check, seconds)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     size, kwargs = 224, {}
     if args.smoke:
         args.iters, size, kwargs = 1, 64, dict(blocks=(1, 1, 1), img_size=64)
-    set_threads(args.threads)
-    print(command_line())
-    print(hardware_line(torch.device("cpu")))
+    start_benchmark(args, torch.device("cpu"))
 
     import onnxruntime
 
@@ -92,6 +92,7 @@ def main(argv=None) -> int:
     print_table(f"ONNX export (torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, {args.threads} thread(s))",
                 ["model", "export: CPU time (wall)", "file", "max abs difference ORT vs. PyTorch (logits, batch 1 and 8)",
                  "PyTorch eager, batch 1", "ONNX Runtime, batch 1", "ORT speed-up"], rows)
+    finish_benchmark(args)
     return 0
 
 

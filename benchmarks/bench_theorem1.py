@@ -19,7 +19,6 @@ The second table applies the theorem to SReT-T's three stages (groups [8,2] [4,1
 two recursions per shared block) against the same model without slicing.
 """
 
-import argparse
 import contextlib
 from fractions import Fraction
 
@@ -27,7 +26,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from benchmarks.common import command_line, hardware_line, pick_device, print_table, quiet_logging
+from benchmarks.common import benchmark_parser, finish_benchmark, print_table, quiet_logging, start_benchmark
 from fairseq_sret.core import SlicedGroupAttention
 
 aten = torch.ops.aten
@@ -156,9 +155,9 @@ def sret_stage_table(device, img_size):
           f"{totals['sret_t_wo_slice'][1] / 1e9:.3f} G (paper, 224x224: 1.1 G and 1.4 G)")
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu", help="FLOP counts do not depend on it; default cpu")
+def build_parser():
+    p = benchmark_parser(__doc__, threads=False)
+    p.set_defaults(device="cpu")  # FLOP counts do not depend on it
     p.add_argument("--length", type=int, default=1024)
     p.add_argument("--embed-dim", type=int, default=512)
     p.add_argument("--heads", type=int, default=8)
@@ -166,19 +165,21 @@ def main(argv=None):
     p.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--img-size", type=int, default=224, help="SReT-T input size for the stage table")
     p.add_argument("--skip-sret", action="store_true", help="skip the SReT-T stage table")
-    p.add_argument("--smoke", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.length, args.embed_dim, args.heads = 64, 32, 4
         args.recursions, args.groups = [1, 2], [1, 2]
         args.img_size = 64
     quiet_logging()
-    device = pick_device(args.device)
-    print(command_line())
-    print(hardware_line(device))
+    device = start_benchmark(args)
     ok = theorem_table(args, device)
     if not args.skip_sret:
         sret_stage_table(device, args.img_size)
+    finish_benchmark(args)
     if not ok:
         raise SystemExit(1)
 

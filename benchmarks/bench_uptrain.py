@@ -26,7 +26,6 @@ loss reaches the from-scratch run's best, and test BLEU (beam 4, last checkpoint
 with tokenize=none: the words are the tokens).
 """
 
-import argparse
 import os
 import re
 import subprocess
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import command_line, hardware_line, print_table
+from benchmarks.common import benchmark_parser, finish_benchmark, print_table, start_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -95,8 +94,9 @@ def bleu(data, checkpoint, raw):
     return tokenized_bleu([hyps.get(str(i), "") for i in range(len(refs))], refs).score
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    # CPU only; every fairseq run is single-threaded (OMP_NUM_THREADS=1)
+    p = benchmark_parser(__doc__, smoke="tiny settings (harness check)", device=False, threads=False)
     p.add_argument("--work-dir", default=None, help="where data and checkpoints go (default: a temporary folder)")
     p.add_argument("--teacher-updates", type=int, default=1200)
     p.add_argument("--updates", type=int, default=800, help="fine-tuning and from-scratch updates")
@@ -110,19 +110,13 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=1500)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-long-scratch", action="store_true", help="skip the from-scratch run with the teacher's budget")
-    p.add_argument("--smoke", action="store_true", help="tiny settings (harness check)")
-    args = p.parse_args(argv)
-    if args.smoke:
-        args.teacher_updates, args.updates, args.valid_every, args.dim, args.train_sentences = 12, 8, 4, 32, 150
-        args.eval_sentences = 30
-        args.no_long_scratch = True
-    print(command_line())
-    print(hardware_line(torch.device("cpu")) + " | every fairseq run: OMP_NUM_THREADS=1, two runs at a time")
-    start = time.time()
+    return p
 
+
+def prepare_data(args, work: Path):
+    """The reversal corpus and its data-bin in ``work``: (raw text folder, data-bin)."""
     from fairseq_sret_cli.toy import write_reversal_corpus
 
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_uptrain_"))
     raw = write_reversal_corpus(work / "raw", (("train", args.train_sentences), ("valid", args.eval_sentences),
                                                  ("test", args.eval_sentences)),
                                 seed=0, vocab_size=args.vocab, lengths=(4, 16))
@@ -130,6 +124,12 @@ def main(argv=None) -> int:
     tool("fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", raw / "train",
          "--validpref", raw / "valid", "--testpref", raw / "test", "--destdir", data, "--joined-dictionary",
          "--workers", "1")
+    return raw, data
+
+
+def train_runs(args, work: Path, data: Path):
+    """The teacher, its conversion and the runs after it: (valid-loss curves by run, the
+    converted model's valid loss before fine-tuning)."""
     optim = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", args.lr, "--lr-scheduler", "inverse_sqrt",
              "--warmup-updates", args.warmup, "--warmup-init-lr", "1e-7", "--dropout", "0.1",
              "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
@@ -172,9 +172,13 @@ def main(argv=None) -> int:
     logs = dict(zip(runs, parallel(list(runs.values()))))
     curves = {name: curve(log) for name, log in logs.items()}
     curves["teacher"] = curve(teacher_log)
+    return curves, loss_before
+
+
+def report(args, work: Path, data: Path, raw: Path, curves, loss_before) -> None:
+    """The table of the runs (best and last valid loss, test BLEU) and their curves."""
     scratch_best = min(loss for _, loss in curves["scratch"])
     reached = next((u for u, loss in curves["uptrained"] if loss <= scratch_best), None)
-
     rows = []
     labels = {"teacher": "teacher: transformer 4+4 pre-LN",
               "uptrained": "uptrained 2x2: the teacher's best checkpoint converted, then fine-tuned",
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
           f" (the teacher's best checkpoint: {min(loss for _, loss in curves['teacher']):.3f})")
     print(f"from-scratch best valid loss ({args.updates} updates): {scratch_best:.3f};"
           f" the uptrained model reaches it at update {reached}")
-    print_table(f"uptraining vs. from scratch, reversal toy task (vocab {args.vocab}, 4-16 words, width {dim})",
+    print_table(f"uptraining vs. from scratch, reversal toy task (vocab {args.vocab}, 4-16 words, width {args.dim})",
                 ["run", "updates", "best valid loss (update)", "last valid loss", f"first update <= {scratch_best:.3f}",
                  "test BLEU (beam 4, last)"], rows)
     print("valid loss curves (update: loss), every", args.valid_every, "updates:")
@@ -204,7 +208,23 @@ def main(argv=None) -> int:
         pts = curves[name]
         step = max(1, len(pts) // 8)
         print(f"  {name}: " + ", ".join(f"{u}: {loss:.2f}" for u, loss in pts[::step]))
-    print(f"total wall time {time.time() - start:.0f} s; work dir {work}")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.smoke:
+        args.teacher_updates, args.updates, args.valid_every, args.dim, args.train_sentences = 12, 8, 4, 32, 150
+        args.eval_sentences = 30
+        args.no_long_scratch = True
+    start_benchmark(args, torch.device("cpu"))
+    print("every fairseq run: OMP_NUM_THREADS=1, two runs at a time")
+    began = time.time()
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_uptrain_"))
+    raw, data = prepare_data(args, work)
+    curves, loss_before = train_runs(args, work, data)
+    report(args, work, data, raw, curves, loss_before)
+    finish_benchmark(args)
+    print(f"total wall time {time.time() - began:.0f} s; work dir {work}")
     return 0
 
 

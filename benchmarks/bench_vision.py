@@ -59,8 +59,8 @@ import torch.nn.functional as F
 from contextlib import nullcontext
 
 from benchmarks.common import (
-    clock_fn, clock_note, command_line, default_clock, fmt_ratio, hardware_line, median, mib, peak_memory,
-    pick_device, print_table, profile_table, quiet_logging, set_threads, sync,
+    benchmark_parser, clock_fn, clock_note, default_clock, finish_benchmark, fmt_ratio, median, mib, peak_memory,
+    print_table, profile_table, quiet_logging, start_benchmark, sync,
 )
 from fairseq_sret.core import fast_paths, fold_lrc
 from fairseq_sret.vision import create_model, is_model
@@ -109,9 +109,8 @@ def _variant(value: str) -> str:
     return value
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="auto")
+def build_parser():
+    p = benchmark_parser(__doc__, smoke="tiny sizes on the CPU, seconds (harness check)")
     p.add_argument("--models", nargs="+", default=OURS + TIMM,
                    help="model names; MODEL:V1,V2 gives that model its own variants instead of --variants")
     p.add_argument("--modes", nargs="+", choices=["infer", "train"], default=["infer", "train"])
@@ -150,13 +149,16 @@ def parse_args(argv=None):
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
                         " runs, where other load on a shared machine inflates wall time, else wall)")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="CPU: skip the peak-memory run (torch profiler); CUDA always reports it")
     p.add_argument("--graph-drop-references", action="store_true",
                    help="reproduce the first device run's CUDA-graph bug: keep only graph.replay (the model, input"
                         " and output are freed after capture); for compute-sanitizer, in a process of its own")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, seconds (harness check)")
+    return p
+
+
+def parse_args(argv=None):
+    p = build_parser()
     args = p.parse_args(argv)
     if args.model_dtype != "float32":
         if args.dtype not in ("auto", "float32"):
@@ -329,7 +331,8 @@ class Variant:
         self.step = None
 
 
-def run_mode(mode, args, device, dtype, deadline):
+def mode_variants(mode, args, device, dtype):
+    """The variants to measure in ``mode``: each model's, then the compiled ones."""
     variants = []
     for name in args.models:
         names = args.variants if is_model(name) or args.timm_variants is None else args.timm_variants
@@ -356,6 +359,11 @@ def run_mode(mode, args, device, dtype, deadline):
             if (name, label) not in seen:
                 seen.add((name, label))
                 variants.append(Variant(name, label, mode, args, device, dtype))
+    return variants
+
+
+def prepare_variants(variants, mode, args, device, deadline):
+    """Prepare every variant that the time budget leaves room for; a failure is its row's error."""
     for v in variants:
         need = 0.0
         if "compile" in v.tokens:
@@ -376,6 +384,10 @@ def run_mode(mode, args, device, dtype, deadline):
             traceback.print_exc()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+
+
+def time_variants(variants, args, device):
+    """Seconds per step of every prepared variant, one value per round, round-robin."""
     times = {id(v): [] for v in variants}
     now = clock_fn(args.clock)
     for _ in range(args.rounds):
@@ -393,6 +405,13 @@ def run_mode(mode, args, device, dtype, deadline):
                 traceback.print_exc()
                 continue
             times[id(v)].append((now() - start) / args.iters)
+    return times
+
+
+def run_mode(mode, args, device, dtype, deadline):
+    variants = mode_variants(mode, args, device, dtype)
+    prepare_variants(variants, mode, args, device, deadline)
+    times = time_variants(variants, args, device)
     ready = [v for v in variants if v.step is not None]
     batch = args.batch_infer if mode == "infer" else args.batch_train
     rate = {id(v): batch / median(times[id(v)]) for v in ready}
@@ -444,9 +463,8 @@ def run_mode(mode, args, device, dtype, deadline):
 
 def main(argv=None):
     args = parse_args(argv)
-    set_threads(args.threads)
     quiet_logging()
-    device = pick_device(args.device)
+    device = start_benchmark(args)
     cuda = device.type == "cuda"
     args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
     args.iters = args.iters or (10 if cuda else 2)
@@ -471,8 +489,6 @@ def main(argv=None):
     missing = [m for m in args.models if not is_model(m) and not have_timm]
     args.models = [m for m in args.models if m not in missing]
     args.compile = [m for m in args.compile if m == "all" or m in args.models]
-    print(command_line())
-    print(hardware_line(device))
     if have_timm:
         import timm
         print(f"timm {timm.__version__}")
@@ -484,6 +500,7 @@ def main(argv=None):
     deadline = None if args.time_budget is None else time.perf_counter() + args.time_budget
     for mode in args.modes:
         run_mode(mode, args, device, dtype, deadline)
+    finish_benchmark(args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Shared helpers of the benchmarks (benchmarks/bench_*.py): hardware line, interleaved
-timing, peak memory and markdown tables.
+"""Shared helpers of the benchmarks (benchmarks/bench_*.py): the shared command-line options,
+hardware line, interleaved timing, peak memory, markdown tables and their JSON report.
 
 Timing rule of every benchmark here: the variants that are compared are measured in the
 same process, round-robin (variant A, B, C, A, B, C, ...), and the ratio of their median
@@ -7,6 +7,7 @@ per-iteration times is the result; absolute times are context only (shared machi
 noisy).
 """
 
+import argparse
 import logging
 import os
 import platform
@@ -15,9 +16,75 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import torch
+
+#: what the running benchmark printed, for ``--json``: begun by :func:`start_benchmark`, the
+#: tables added by :func:`print_table`, written by :func:`finish_benchmark`
+_report: dict = {"tables": []}
+
+
+class BenchmarkParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that knows which shared options it declares (``shared_options``)."""
+
+    shared_options: tuple = ()
+
+
+def benchmark_parser(description: str, *, prog: Optional[str] = None, smoke: Union[bool, str] = True,
+                     device: bool = True, threads: bool = True, json: bool = True) -> BenchmarkParser:
+    """A benchmark's parser holding the options every benchmark shares; the script adds its own.
+
+    ``--smoke`` (``smoke`` may be its help: what it shrinks), ``--device`` (default ``auto``),
+    ``--threads`` (default: torch's own) and ``--json PATH``; False leaves one out, and
+    ``parser.set_defaults(device="cpu")`` changes a default. :func:`start_benchmark` applies them.
+    """
+    p = BenchmarkParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    shared = p.add_argument_group("shared benchmark options")
+    if smoke:
+        shared.add_argument("--smoke", action="store_true",
+                            help=smoke if isinstance(smoke, str) else "tiny sizes, seconds (harness check)")
+    if device:
+        shared.add_argument("--device", default="auto",
+                            help="auto (CUDA when available), cpu, cuda or cuda:N (default: %(default)s)")
+    if threads:
+        shared.add_argument("--threads", type=int, default=None, metavar="N",
+                            help="torch.set_num_threads(N) (default: %(default)s; None: torch's own)")
+    if json:
+        shared.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.shared_options = tuple(option for option, on in (("--smoke", smoke), ("--device", device),
+                                                       ("--threads", threads), ("--json", json)) if on)
+    return p
+
+
+def start_benchmark(args: argparse.Namespace, device: Optional[torch.device] = None) -> torch.device:
+    """Apply the shared options (``--threads``; ``--device``, unless the script chose
+    ``device``), print the command and hardware lines, and begin the ``--json`` report."""
+    set_threads(getattr(args, "threads", None))
+    if device is None:
+        device = pick_device(getattr(args, "device", None))
+    _report.clear()
+    _report.update(command=command_line(), hardware=hardware_line(device), tables=[])
+    print(_report["command"])
+    print(_report["hardware"], flush=True)
+    return device
+
+
+def finish_benchmark(args: argparse.Namespace, **results) -> None:
+    """With ``--json PATH``: write the command, the hardware line, every table printed since
+    :func:`start_benchmark` and ``results`` to PATH."""
+    if getattr(args, "json", None):
+        write_json(args.json, {"command": _report.get("command") or command_line(),
+                               "hardware": _report.get("hardware"), "tables": _report["tables"], **results})
+
+
+def write_json(path, report: dict) -> None:
+    """``report`` as strict JSON (:mod:`fairseq_sret.json_text`: NaN and infinity as null)."""
+    # not at import: fairseq_sret imported before fairseq's --user-dir hides the plugin's models
+    # (bench_fairseq_cli's fairseq processes)
+    from fairseq_sret import json_text
+
+    Path(path).write_text(json_text.dumps(report, indent=1) + "\n")
 
 
 def pick_device(name: Optional[str]) -> torch.device:
@@ -31,10 +98,11 @@ def set_threads(threads: Optional[int]) -> None:
         torch.set_num_threads(threads)
 
 
-def _cpu_model() -> str:
-    from fairseq_sret_cli.experiment_runner.report import cpu_model
+def cpu_model() -> str:
+    """The processor's model name, as the experiment runner records it."""
+    from fairseq_sret_cli.experiment_runner.report import cpu_model as runner_cpu_model
 
-    return cpu_model()
+    return runner_cpu_model()
 
 
 def hardware_line(device: torch.device) -> str:
@@ -45,7 +113,7 @@ def hardware_line(device: torch.device) -> str:
         parts.append(f"device: {props.name} ({props.total_memory / 2**30:.0f} GiB)")
         parts.append(f"cuda {torch.version.cuda}")
     else:
-        parts.append(f"device: CPU {_cpu_model()}")
+        parts.append(f"device: CPU {cpu_model()}")
     parts.append(f"host cores {os.cpu_count()}")
     parts.append(f"torch threads {torch.get_num_threads()}")
     parts.append(f"torch {torch.__version__}")
@@ -159,7 +227,8 @@ def fmt_ratio(x: Optional[float]) -> str:
 
 
 def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """A markdown table under a '### title' line (flushed, so partial logs keep it)."""
+    """A markdown table under a '### title' line (flushed, so partial logs keep it), kept for ``--json``."""
+    _report["tables"].append({"title": title, "headers": list(headers), "rows": [list(map(str, row)) for row in rows]})
     print(f"\n### {title}\n")
     print("| " + " | ".join(headers) + " |")
     print("|" + "|".join("---" for _ in headers) + "|")

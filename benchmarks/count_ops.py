@@ -31,7 +31,6 @@ Triton kernel) counts once.
   applications share it), and its part that holds the encoder output's keys and values.
 """
 
-import argparse
 import collections
 import sys
 from typing import Callable, Counter, Dict, NamedTuple, Tuple
@@ -40,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import command_line, hardware_line, prepare_as_generate, print_table
+from benchmarks.common import benchmark_parser, finish_benchmark, prepare_as_generate, print_table, start_benchmark
 
 #: operations that launch nothing: views, metadata, allocations without compute
 NO_KERNEL = {
@@ -180,9 +179,9 @@ def decoder_step_counts(arch: str, overrides: dict, beam: int = 5, src_len: int 
 
 
 def cache_bytes(incremental: Dict, model: torch.nn.Module) -> Tuple[int, int]:
-    """(all, encoder keys/values): bytes of the tensors in a decoder's incremental state, each
-    storage once. The encoder part is what fairseq's ``encoder_attn`` modules and SReT's shared
-    ``cross_attn`` caches hold."""
+    """(all, encoder keys/values): bytes of the tensors in a decoder's incremental state (dicts,
+    sequences and cache objects), each storage once. The encoder part is what fairseq's
+    ``encoder_attn`` modules and SReT's shared ``cross_attn`` caches hold."""
     cross_ids = {module._incremental_state_id for name, module in model.named_modules()
                  if name.endswith("encoder_attn") and hasattr(module, "_incremental_state_id")}
     seen, total, encoder = set(), 0, 0
@@ -202,6 +201,8 @@ def cache_bytes(incremental: Dict, model: torch.nn.Module) -> Tuple[int, int]:
         elif isinstance(value, (list, tuple)):
             for item in value:
                 walk(item, cross)
+        elif hasattr(value, "__dict__") and not isinstance(value, torch.nn.Module):  # SReT's typed caches
+            walk(vars(value), cross)
 
     walk(incremental, False)
     return total, encoder
@@ -233,19 +234,23 @@ def beam_step_counts(arch: str, overrides: dict, beam: int = 5, sentences: int =
 
 
 # ---------------------------------------------------------------- report
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    # counted on the CPU, on one thread: the counts depend on neither
+    p = benchmark_parser(__doc__, smoke="only SReT-T of the vision models (harness check)", device=False,
+                         threads=False)
     p.add_argument("--vision", nargs="*", default=["sret_t", "deit_tiny_patch16_224", "sret_s", "deit_small_patch16_224"],
                    help="vision models (ours, or timm's when timm imports)")
     p.add_argument("--no-nmt", dest="nmt", action="store_false", help="skip the translation decoder steps")
     p.add_argument("--by-op", nargs="*", default=[], metavar="MODEL", help="list these models' operations by name")
-    p.add_argument("--smoke", action="store_true", help="only SReT-T of the vision models (harness check)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.vision = ["sret_t"]
     torch.set_num_threads(1)
-    print(hardware_line(torch.device("cpu")))
-    print(command_line())
+    start_benchmark(args, torch.device("cpu"))
 
     rows, details = [], {}
     for name in args.vision:
@@ -300,6 +305,7 @@ def main(argv=None) -> int:
             print(f"--by-op {name}: not counted above", file=sys.stderr)
             continue
         print_table(f"{name}: operations, most first", ["operation", "count"], [[op, str(n)] for op, n in details[name].ops.most_common()])
+    finish_benchmark(args)
     return 0
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.common import benchmark_parser, set_threads, start_benchmark, write_json
 from fairseq_sret_cli import toy
 from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
 from fairseq_sret import json_text
@@ -48,8 +49,9 @@ from fairseq_sret import json_text
 REPO = Path(__file__).resolve().parents[1]
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    # --json: this report (config, memory, training), not tables
+    p = benchmark_parser(__doc__.splitlines()[0], smoke=False, device=False)
     p.add_argument("--unique-layers", type=int, default=5, help="unique layers per side")
     p.add_argument("--recursions", type=int, default=100, help="applications of each layer")
     p.add_argument("--width", type=int, default=256, help="embedding width (FFN = 4x, heads = width/64)")
@@ -67,9 +69,12 @@ def parse_args(argv=None):
     p.add_argument("--time-limit", type=float, default=0.0,
                    help="stop training after this many seconds (0 = no limit); reported honestly")
     p.add_argument("--memory", action="store_true", help="measure peak step memory with and without checkpointing")
-    p.add_argument("--json", default=None, help="write the results to this file")
     p.add_argument("--child-memory", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def build_model(args, checkpoint: bool):
@@ -199,7 +204,7 @@ def _forward_args(args) -> list:
         "--unique-layers", str(args.unique_layers), "--recursions", str(args.recursions),
         "--width", str(args.width), "--nll-ratio", str(args.nll_ratio), "--groups", args.groups,
         "--batch", str(args.batch), "--length", str(args.length), "--vocab", str(args.vocab),
-        "--lr", str(args.lr), "--seed", str(args.seed),
+        "--lr", str(args.lr), "--seed", str(args.seed), *(["--threads", str(args.threads)] if args.threads else []),
     ]
 
 
@@ -229,9 +234,11 @@ def train(args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.child_memory:
+    if args.child_memory:  # the last line of its output is its result
+        set_threads(args.threads)
         print(json_text.dumps(measure_child(args)))
         return 0
+    start_benchmark(args, torch.device("cpu"))
     report = {"config": vars(args), "layer_applications": 2 * args.unique_layers * args.recursions,
               "torch_threads": torch.get_num_threads()}
     if args.memory:
@@ -244,7 +251,7 @@ def main(argv=None) -> int:
               f" (mean of first {min(10, len(result['losses']) // 2 or 1)} {result['first_mean']:.4f}"
               f" -> last {result['last_mean']:.4f})", flush=True)
     if args.json:
-        Path(args.json).write_text(json_text.dumps(report, indent=1) + "\n")
+        write_json(args.json, report)
     return 0 if ok else 1
 
 

@@ -14,15 +14,13 @@ forward (forward + backward); the ratio between rows is the same either way. Not
 timed, so the figure does not depend on the machine.
 """
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import command_line, flop_counter
-from fairseq_sret import json_text
+from benchmarks.common import benchmark_parser, command_line, flop_counter, write_json
 
 
 def build(data: str, arch: str, args):
@@ -62,16 +60,21 @@ def forward_flops(model, samples) -> dict:
     return {"forward_flops": flops, "target_tokens": tokens, "flops_per_token": flops / tokens}
 
 
-def main(argv=None) -> int:
-    from fairseq_sret_cli.experiment_runner import load_experiment
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    # counts, not times: no device, threads or smoke mode; --json: the rows, as beside --out
+    p = benchmark_parser(__doc__.split("\n\n")[0], smoke=False, device=False, threads=False)
     p.add_argument("experiment")
     p.add_argument("--data", required=True, help="the prepared data-bin the rows train on")
     p.add_argument("--rows", nargs="+", default=None, help="only these row ids (default: all)")
     p.add_argument("--batches", type=int, default=8, help="valid batches to count (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="write the table here (and a .json beside it)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    from fairseq_sret_cli.experiment_runner import load_experiment
+
+    args = build_parser().parse_args(argv)
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     experiment = load_experiment(args.experiment).select(args.rows)
@@ -100,7 +103,8 @@ def main(argv=None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json_text.dumps({"command": command, "rows": results}, indent=1) + "\n")
+    for path in filter(None, [args.out and args.out.with_suffix(".json"), args.json]):
+        write_json(path, {"command": command, "rows": results})
     return 0
 
 

@@ -18,17 +18,16 @@ errors stay within half-precision rounding.
     python -m benchmarks.gpu_checks --device cpu --updates 3 --batch 8   # smoke test
 """
 
-import argparse
 import itertools
 import math
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmarks.common import benchmark_parser, pick_device, start_benchmark, write_json
 from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
 from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
 from fairseq_sret import json_text
@@ -182,9 +181,10 @@ def attention_check(device, dtype, length=256) -> dict:
     return results
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda")
+def build_parser():
+    # --json: this report (attention, training, ok), not tables
+    p = benchmark_parser(__doc__.splitlines()[0], smoke=False, threads=False)
+    p.set_defaults(device="cuda")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
     p.add_argument("--updates", type=int, default=100)
     p.add_argument("--batch", type=int, default=64)
@@ -195,12 +195,16 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--attention-length", type=int, default=256, help="tokens in the attention check")
-    p.add_argument("--json", default=None, help="also write the results here")
-    args = p.parse_args(argv)
-    device, dtype = torch.device(args.device), DTYPES[args.dtype]
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    device, dtype = pick_device(args.device), DTYPES[args.dtype]
     if device.type == "cuda" and not torch.cuda.is_available():
         print("CUDA is not available; use --device cpu for a smoke test", file=sys.stderr)
         return 2
+    start_benchmark(args, device)
     report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "dtype": args.dtype}
     report["attention"] = {d: attention_check(device, DTYPES[d], args.attention_length) for d in sorted(DTYPES)}
@@ -214,7 +218,7 @@ def main(argv=None) -> int:
           f" {len(result['nonfinite_losses'])} non-finite losses, attention within half-precision"
           f" rounding: {attention_ok}", flush=True)
     if args.json:
-        Path(args.json).write_text(json_text.dumps(report, indent=1) + "\n")
+        write_json(args.json, report)
     return 0 if ok else 1
 
 

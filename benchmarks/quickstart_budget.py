@@ -13,7 +13,6 @@ hours on a 2-core CPU (three ~28-minute jobs); every run folder resumes as the q
 does, and a finished one is only evaluated again.
 """
 
-import argparse
 import json
 import os
 import re
@@ -21,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import _cpu_model, command_line
+from benchmarks.common import benchmark_parser, command_line, cpu_model
 from fairseq_sret import json_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +58,8 @@ def training_seconds(run_dir: Path) -> float:
 
 
 def summarise(run_dir: Path, title: str) -> dict:
-    from fairseq_sret_cli.experiment_runner.runner import model_facts, parse_training_log, training_summary
+    from fairseq_sret_cli.experiment_runner import parse_training_log, training_summary
+    from fairseq_sret_cli.experiment_runner.runner import model_facts  # not exported by the package
 
     log = (run_dir / "train.log").read_text()
     stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d):\d\d \|", log, flags=re.M)
@@ -84,7 +84,7 @@ def summarise(run_dir: Path, title: str) -> dict:
 
 
 def machine() -> str:
-    return f"CPU {_cpu_model()}, {os.cpu_count()} cores"
+    return f"CPU {cpu_model()}, {os.cpu_count()} cores"
 
 
 def minutes(seconds) -> str:
@@ -116,13 +116,18 @@ def write_results(rows, results: Path, command: str, measured_by: str) -> None:
     (results / "quickstart_budget.md").write_text("\n".join(lines))
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    # whole quick-start jobs, each with its own threads; the results go to --results as JSON and markdown
+    p = benchmark_parser(__doc__.split("\n\n")[0], smoke=False, device=False, threads=False, json=False)
     p.add_argument("--out", type=Path, default=Path("runs/quickstart_budget"), help="run folders")
     p.add_argument("--results", type=Path, default=REPO / "docs" / "results")
     p.add_argument("--report-only", action="store_true", help="only write the results of finished runs")
     p.add_argument("--skip-setup", action="store_true", help="SRET_SKIP_SETUP=1 for the first job too")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     out = args.out.resolve()
     if not args.report_only:
         run_quickstart(out / SRET[0], {"SRET_SKIP_SETUP": "1"} if args.skip_setup else {})

@@ -1,0 +1,148 @@
+"""The benchmarks' one entry point (``python -m benchmarks NAME``) and the options they share."""
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import BENCHMARKS, main
+from benchmarks.common import (
+    BenchmarkParser, benchmark_parser, finish_benchmark, print_table, start_benchmark,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: the shared options of every benchmark: the docs, benchmarks/gpu_bench.sh and the smoke
+#: tests call them with these
+SHARED = {
+    "bench_attention": {"--smoke", "--device", "--threads", "--json"},
+    "bench_theorem1": {"--smoke", "--device", "--json"},
+    "bench_lrc": {"--smoke", "--device", "--threads", "--json"},
+    "bench_vision": {"--smoke", "--device", "--threads", "--json"},
+    "bench_compile": {"--smoke", "--device", "--threads", "--json"},
+    "bench_onnx": {"--smoke", "--threads", "--json"},
+    "bench_cifar_input": {"--smoke", "--threads", "--json"},
+    "bench_cifar_depth": {"--threads"},
+    "bench_nmt": {"--smoke", "--device", "--threads", "--json"},
+    "bench_fairseq_cli": {"--smoke", "--json"},
+    "bench_cpu_bf16": {"--smoke", "--threads", "--json"},
+    "bench_deploy": {"--json"},
+    "bench_hf": {"--threads", "--json"},
+    "bench_depth": {"--smoke", "--device", "--threads", "--json"},
+    "bench_uptrain": {"--smoke", "--json"},
+    "bench_import": {"--json"},
+    "count_ops": {"--smoke", "--json"},
+    "flops_per_token": {"--json"},
+    "deep_recursion": {"--threads", "--json"},
+    "gpu_checks": {"--device", "--json"},
+    "quickstart_budget": set(),
+}
+#: each shared option: what the command line gives, and the value the script reads
+GIVEN = {"--smoke": ([], True), "--device": (["cpu"], "cpu"), "--threads": (["3"], 3), "--json": (["r.json"], "r.json")}
+
+
+def benchmarks_command(*args, **kwargs):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300, **kwargs)
+
+
+def required_arguments(parser) -> list:
+    """A placeholder for every argument the parser requires, so that it reaches the others."""
+    given = []
+    for action in parser._actions:
+        if action.required:
+            given += ["x"] if not action.option_strings else [action.option_strings[0], "x"]
+    return given
+
+
+def test_every_script_is_registered_and_every_registered_module_exists():
+    scripts = {path.stem for path in (REPO / "benchmarks").glob("*.py")} - {"__init__", "__main__", "common"}
+    assert set(BENCHMARKS) == scripts
+    assert set(SHARED) == scripts
+    for name, benchmark in BENCHMARKS.items():
+        assert benchmark.module == f"benchmarks.{name}" and importlib.util.find_spec(benchmark.module) is not None
+        assert benchmark.summary and "\n" not in benchmark.summary
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_each_benchmark_parser_takes_its_shared_options(name):
+    try:
+        module = importlib.import_module(BENCHMARKS[name].module)
+    except ModuleNotFoundError as exc:  # bench_nmt imports fairseq at import time
+        pytest.skip(f"{name}: {exc}")
+    parser = module.build_parser()
+    assert isinstance(parser, BenchmarkParser), f"{name}: its parser is not benchmark_parser's"
+    assert set(parser.shared_options) == SHARED[name]
+    base = required_arguments(parser)
+    defaults = parser.parse_args(base)
+    for option, (values, expected) in GIVEN.items():
+        dest = option.lstrip("-")
+        if option in parser.shared_options:
+            assert getattr(parser.parse_args([*base, option, *values]), dest) == expected, (name, option)
+        else:  # left out: neither read under the shared name nor declared again by the script
+            assert not hasattr(defaults, dest), (name, option)
+
+
+def test_the_parser_leaves_out_what_a_script_does_not_take(capsys):
+    bare = benchmark_parser("bare", smoke=False, device=False, threads=False, json=False)
+    assert bare.shared_options == ()
+    for option, (values, _) in GIVEN.items():
+        with pytest.raises(SystemExit):
+            bare.parse_args([option, *values])
+    assert "unrecognized arguments" in capsys.readouterr().err
+    full = benchmark_parser("full", smoke="what it shrinks")
+    assert vars(full.parse_args([])) == {"smoke": False, "device": "auto", "threads": None, "json": None}
+    full.set_defaults(device="cpu", threads=1)
+    assert (full.parse_args([]).device, full.parse_args([]).threads) == ("cpu", 1)
+    assert "what it shrinks" in full.format_help()
+
+
+def test_json_report_holds_the_tables_and_only_json(tmp_path, capsys):
+    args = benchmark_parser("t").parse_args(["--device", "cpu", "--json", str(tmp_path / "r.json")])
+    assert start_benchmark(args).type == "cpu"
+    print_table("a table", ["model", "speed"], [["ours", 1.5]])
+    finish_benchmark(args, ratio=float("nan"))
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "r.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert out.startswith(report["command"]) and report["hardware"] in out
+    assert report["tables"] == [{"title": "a table", "headers": ["model", "speed"], "rows": [["ours", "1.5"]]}]
+    assert report["ratio"] is None
+
+
+def test_list_names_every_benchmark():
+    for args in (["--list"], []):
+        proc = benchmarks_command(*args)
+        assert proc.returncode == 0 and proc.stderr == ""
+        lines = proc.stdout.splitlines()
+        for name, benchmark in BENCHMARKS.items():
+            assert [line for line in lines if line.split()[:1] == [name] and line.endswith(benchmark.summary)], name
+
+
+def test_an_unknown_name_is_one_line_of_error():
+    proc = benchmarks_command("bench_atention")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == ("python -m benchmarks: error: unknown benchmark 'bench_atention'; did you mean bench_attention?"
+                    " --list names them")
+    assert main(["no_such_benchmark"]) == 2
+
+
+@pytest.mark.e2e
+def test_a_benchmark_runs_by_name_as_its_module_does(tmp_path):
+    report = tmp_path / "theorem1.json"
+    proc = benchmarks_command("bench_theorem1", "--smoke", "--skip-sret", "--json", str(report))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith(f"command: python -m benchmarks.bench_theorem1 --smoke --skip-sret --json {report}\n")
+    saved = json.loads(report.read_text())
+    assert saved["hardware"].startswith("hardware: device: CPU") and saved["hardware"] in proc.stdout
+    (table,) = saved["tables"]
+    assert f"### {table['title']}" in proc.stdout and table["rows"]
+    assert all(f"| {' | '.join(row)} |" in proc.stdout for row in table["rows"])
+    failed = benchmarks_command("bench_theorem1", "--no-such-option")
+    assert failed.returncode == 2 and "bench_theorem1.py: error: unrecognized arguments" in failed.stderr
