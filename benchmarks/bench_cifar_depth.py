@@ -53,7 +53,7 @@ def main(argv=None) -> None:
 
     from fairseq_sret.vision import create_model
     from fairseq_sret_cli import pyplot
-    from fairseq_sret_cli.experiment_runner.image_runs import collect, parse_image_experiment
+    from fairseq_sret_cli.experiment_runner import collect_image_runs as collect, parse_image_experiment
     from fairseq_sret_cli.outputs import Outputs
 
     experiment = parse_image_experiment(yaml.safe_load(Path(args.experiment).read_text(encoding="utf-8")),

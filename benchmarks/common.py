@@ -100,7 +100,7 @@ def set_threads(threads: Optional[int]) -> None:
 
 def cpu_model() -> str:
     """The processor's model name, as the experiment runner records it."""
-    from fairseq_sret_cli.experiment_runner.report import cpu_model as runner_cpu_model
+    from fairseq_sret_cli.experiment_runner import cpu_model as runner_cpu_model
 
     return runner_cpu_model()
 

@@ -59,7 +59,7 @@ def training_seconds(run_dir: Path) -> float:
 
 def summarise(run_dir: Path, title: str) -> dict:
     from fairseq_sret_cli.experiment_runner import parse_training_log, training_summary
-    from fairseq_sret_cli.experiment_runner.runner import model_facts  # not exported by the package
+    from fairseq_sret_cli.experiment_runner import model_facts
 
     log = (run_dir / "train.log").read_text()
     stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d):\d\d \|", log, flags=re.M)

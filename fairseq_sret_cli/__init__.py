@@ -18,6 +18,8 @@ command                                 module
 """
 
 import argparse
+import contextlib
+from typing import Iterator
 
 
 def log(message: str, stage: str) -> None:
@@ -77,7 +79,6 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
     import functools
     import signal
     import sys
-    import threading
 
     def decorate(main):
         @functools.wraps(main)
@@ -86,32 +87,27 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
 
             # SIGTERM (kill, a scheduler, a runner stopping its children) as Ctrl-C: the command's
             # clean-up runs (staging folders, temporary files, children) instead of an abrupt end
-            previous = None
-            if threading.current_thread() is threading.main_thread():
-                previous = signal.signal(signal.SIGTERM, _terminated)
-            try:
-                return main(*args, **kwargs)
-            except (UserError, OSError, ValueError, KeyError, CorruptCheckpointError, UnsafeCheckpointError) as exc:
-                if tracebacks_wanted():
-                    raise
-                print(f"{prog}: error: {error_message(exc)}", file=sys.stderr)
-                return 2 if isinstance(exc, UsageError) else 1
-            except ModuleNotFoundError as exc:
-                from fairseq_sret.extras import missing_extra_message
+            with sigterm_as_interrupt():
+                try:
+                    return main(*args, **kwargs)
+                except (UserError, OSError, ValueError, KeyError, CorruptCheckpointError, UnsafeCheckpointError) as exc:
+                    if tracebacks_wanted():
+                        raise
+                    print(f"{prog}: error: {error_message(exc)}", file=sys.stderr)
+                    return 2 if isinstance(exc, UsageError) else 1
+                except ModuleNotFoundError as exc:
+                    from fairseq_sret.extras import missing_extra_message
 
-                message = missing_extra_message(exc)
-                if message is None or tracebacks_wanted():
-                    raise
-                print(f"{prog}: error: {message}", file=sys.stderr)
-                return 1
-            except KeyboardInterrupt as exc:
-                if tracebacks_wanted():
-                    raise
-                print(f"\n{prog}: {interrupted}", file=sys.stderr)
-                return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
-            finally:
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
+                    message = missing_extra_message(exc)
+                    if message is None or tracebacks_wanted():
+                        raise
+                    print(f"{prog}: error: {message}", file=sys.stderr)
+                    return 1
+                except KeyboardInterrupt as exc:
+                    if tracebacks_wanted():
+                        raise
+                    print(f"\n{prog}: {interrupted}", file=sys.stderr)
+                    return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
 
         return wrapper
 
@@ -125,6 +121,24 @@ class Terminated(KeyboardInterrupt):
 
 def _terminated(signum, frame):
     raise Terminated(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Inside the block, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``), so that
+    ``kill`` ends the work as Ctrl-C does, clean-up included; the previous handler after it.
+    Only the main thread receives signals: elsewhere the block runs unchanged."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:  # None: a handler not set from Python, i.e. the default one
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def tracebacks_wanted() -> bool:

@@ -122,8 +122,11 @@ def main(argv=None) -> int:
     import time
 
     from .experiment_runner import ExperimentError, load_experiment, run_experiment, train_command, write_results
+    from .experiment_runner.commands import check_data
     from .experiment_runner.report import check_results_files
-    from .experiment_runner.runner import check_data, collect_records, refresh_training, run_paths
+    from .experiment_runner.run_folder import run_paths
+    from .experiment_runner.settings import collect_records
+    from .experiment_runner.training import refresh_training
     from .outputs import exclusive
 
     started = time.time()

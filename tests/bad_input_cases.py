@@ -205,7 +205,9 @@ def experiment_run(folder: Path, row: str = "  - {id: sret, arch: sret_transform
     import yaml
 
     from fairseq_sret_cli.experiment_runner import parse_experiment
-    from fairseq_sret_cli.experiment_runner.runner import run_paths, run_settings, settings_fingerprint, train_command
+    from fairseq_sret_cli.experiment_runner.commands import train_command
+    from fairseq_sret_cli.experiment_runner.run_folder import run_paths
+    from fairseq_sret_cli.experiment_runner.settings import run_settings, settings_fingerprint
 
     write(folder, "exp.yaml", header + row)
     fake_data_bin(folder)

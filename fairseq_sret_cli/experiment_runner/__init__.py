@@ -3,9 +3,15 @@ evaluated, resumable, reported as JSON, markdown and plots (``sret-experiments``
 
 from .experiment_file import Experiment, ExperimentError, Row, Run, load_experiment, parse_experiment
 from .report import aggregate, write_results
-from .runner import parse_training_log, run_experiment, train_command, training_summary
+from .commands import train_command
+from .cpu_time import cpu_model
+from .image_runs import collect as collect_image_runs, parse_image_experiment
+from .run_evaluation import model_facts
+from .runner import run_experiment
+from .training_log import parse_training_log, training_summary
 
 __all__ = [
-    "Experiment", "ExperimentError", "Row", "Run", "aggregate", "load_experiment", "parse_experiment",
-    "parse_training_log", "run_experiment", "train_command", "training_summary", "write_results",
+    "Experiment", "ExperimentError", "Row", "Run", "aggregate", "collect_image_runs", "cpu_model", "load_experiment",
+    "model_facts", "parse_experiment", "parse_image_experiment", "parse_training_log", "run_experiment",
+    "train_command", "training_summary", "write_results",
 ]

@@ -245,83 +245,18 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     if not _ID.match(str(name)):
         raise ExperimentError(f"{where}: name {name!r} must be letters, digits, '_', '.', '-'")
     default_seeds = _seeds(raw.get("seeds", [1]), f"{where}: seeds")
-
-    train = raw.get("train") or {}
-    _check_keys(train, ["args", "max_epoch", "max_update", "patience"], f"{where}: train")
-    schedule = Schedule(
-        args=_train_args(train.get("args"), f"{where}: train.args"),
-        max_epoch=_int(train.get("max_epoch", 0), f"{where}: train.max_epoch"),
-        max_update=_int(train.get("max_update", 0), f"{where}: train.max_update"),
-        patience=_int(train.get("patience", 0), f"{where}: train.patience"),
-    )
+    schedule = _parse_schedule(raw.get("train") or {}, where)
     if raw.get("data") is not None and not isinstance(raw["data"], str):
         raise ExperimentError(f"{where}: data must be the path of a data-bin, got {raw['data']!r}")
     if not (schedule.max_epoch or schedule.max_update):
         raise ExperimentError(f"{where}: train needs a cap: max_epoch and/or max_update")
-
-    ev = raw.get("eval") or {}
-    _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens", "variants", "curve"], f"{where}: eval")
-    variants = ev.get("variants") or {"": ""}
-    if not isinstance(variants, dict):
-        raise ExperimentError(f"{where}: eval.variants must map names to fairseq-generate flags, got {variants!r}")
-    for key in variants:
-        if key and not _ID.match(str(key)):
-            raise ExperimentError(f"{where}: eval.variants: name {key!r} must be letters, digits, '_', '.', '-'")
-    checkpoints = _names(ev.get("checkpoints", ["best"]), f"{where}: eval.checkpoints")
-    for kind in checkpoints:
-        average = AVERAGE.fullmatch(str(kind))
-        if average and int(average.group(1)) < 1:
-            raise ExperimentError(f"{where}: eval.checkpoints: {kind!r} averages no checkpoint; give last1 or more")
-        if kind not in CHECKPOINT_KINDS and not average:
-            raise ExperimentError(
-                f"{where}: eval.checkpoints: unknown {kind!r}; allowed: best, last, lastN (average of the last N"
-                " epoch checkpoints), lastNu (of the last N update checkpoints, --save-interval-updates)"
-            )
-    curve = ev.get("curve") or {}
-    _check_keys(curve, ["every", "subsets"], f"{where}: eval.curve")
-    subsets = _names(ev.get("subsets", ["test"]), f"{where}: eval.subsets")
-    curve_every = _int(curve.get("every", 0), f"{where}: eval.curve.every")
-    curve_subsets = _names(curve.get("subsets", subsets[:1]), f"{where}: eval.curve.subsets") if curve else []
-    if curve and not curve_every:
-        raise ExperimentError(f"{where}: eval.curve needs 'every': decode every Nth epoch checkpoint (N >= 1)")
-    evaluation = Evaluation(
-        beam=_int(ev.get("beam", 5), f"{where}: eval.beam", 1),
-        lenpen=_float(ev.get("lenpen", 1.0), f"{where}: eval.lenpen"),
-        subsets=subsets,
-        checkpoints=checkpoints,
-        max_tokens=_int(ev.get("max_tokens", 8000), f"{where}: eval.max_tokens", 1),
-        variants={str(k or ""): _args(v, f"{where}: eval.variants.{k}") for k, v in variants.items()},
-        curve_every=curve_every, curve_subsets=curve_subsets,
-    )
-
+    evaluation = _parse_evaluation(raw.get("eval") or {}, where)
     if not isinstance(raw.get("rows") or [], list):
         raise ExperimentError(f"{where}: rows must be a list of rows, got {raw['rows']!r}")
     rows = []
     for i, item in enumerate(raw.get("rows") or []):
         at = f"{where}: rows[{i}]"
-        _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update", "variants",
-                           "uptrain_from", "uptrain_args"], at)
-        row_variants = item.get("variants")
-        if row_variants is not None:
-            if not isinstance(row_variants, list):
-                raise ExperimentError(f"{at}.variants must be a list of eval.variants names, got {row_variants!r}")
-            row_variants = [str(v or "") for v in row_variants]
-            unknown = sorted(set(row_variants) - set(evaluation.variants))
-            if unknown:
-                raise ExperimentError(f"{at}.variants: {unknown} are not in eval.variants {sorted(evaluation.variants)}")
-        for key in ("id", "arch"):
-            if not item.get(key):
-                raise ExperimentError(f"{at}: '{key}' is required")
-        if not _ID.match(str(item["id"])):
-            raise ExperimentError(f"{at}: id {item['id']!r} must be letters, digits, '_', '.', '-'")
-        row = Row(
-            id=str(item["id"]), arch=str(item["arch"]), title=str(item.get("title", "")),
-            args=_train_args(item.get("args"), f"{at}.args"),
-            seeds=_seeds(item.get("seeds", default_seeds), f"{at}.seeds"), notes=str(item.get("notes", "")),
-            max_update=_int(item.get("max_update", 0), f"{at}.max_update"), variants=row_variants,
-            uptrain_from=str(item.get("uptrain_from") or ""),
-            uptrain_args=_args(item.get("uptrain_args"), f"{at}.uptrain_args"),
-        )
+        row = _parse_row(item, at, evaluation, default_seeds)
         _check_uptraining(row, rows, at)
         rows.append(row)
     if not rows:
@@ -332,6 +267,83 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     return Experiment(
         name=str(name), path=path, title=str(raw.get("title", name)), data=raw.get("data"),
         schedule=schedule, evaluation=evaluation, rows=rows, notes=str(raw.get("notes", "")),
+    )
+
+
+def _parse_schedule(train: dict, where: str) -> Schedule:
+    _check_keys(train, ["args", "max_epoch", "max_update", "patience"], f"{where}: train")
+    return Schedule(
+        args=_train_args(train.get("args"), f"{where}: train.args"),
+        max_epoch=_int(train.get("max_epoch", 0), f"{where}: train.max_epoch"),
+        max_update=_int(train.get("max_update", 0), f"{where}: train.max_update"),
+        patience=_int(train.get("patience", 0), f"{where}: train.patience"),
+    )
+
+
+def _parse_evaluation(ev: dict, where: str) -> Evaluation:
+    _check_keys(ev, ["beam", "lenpen", "subsets", "checkpoints", "max_tokens", "variants", "curve"], f"{where}: eval")
+    variants = ev.get("variants") or {"": ""}
+    if not isinstance(variants, dict):
+        raise ExperimentError(f"{where}: eval.variants must map names to fairseq-generate flags, got {variants!r}")
+    for key in variants:
+        if key and not _ID.match(str(key)):
+            raise ExperimentError(f"{where}: eval.variants: name {key!r} must be letters, digits, '_', '.', '-'")
+    checkpoints = _checkpoint_kinds(ev.get("checkpoints", ["best"]), f"{where}: eval.checkpoints")
+    curve = ev.get("curve") or {}
+    _check_keys(curve, ["every", "subsets"], f"{where}: eval.curve")
+    subsets = _names(ev.get("subsets", ["test"]), f"{where}: eval.subsets")
+    curve_every = _int(curve.get("every", 0), f"{where}: eval.curve.every")
+    curve_subsets = _names(curve.get("subsets", subsets[:1]), f"{where}: eval.curve.subsets") if curve else []
+    if curve and not curve_every:
+        raise ExperimentError(f"{where}: eval.curve needs 'every': decode every Nth epoch checkpoint (N >= 1)")
+    return Evaluation(
+        beam=_int(ev.get("beam", 5), f"{where}: eval.beam", 1),
+        lenpen=_float(ev.get("lenpen", 1.0), f"{where}: eval.lenpen"),
+        subsets=subsets,
+        checkpoints=checkpoints,
+        max_tokens=_int(ev.get("max_tokens", 8000), f"{where}: eval.max_tokens", 1),
+        variants={str(k or ""): _args(v, f"{where}: eval.variants.{k}") for k, v in variants.items()},
+        curve_every=curve_every, curve_subsets=curve_subsets,
+    )
+
+
+def _checkpoint_kinds(value, where: str) -> List[str]:
+    checkpoints = _names(value, where)
+    for kind in checkpoints:
+        average = AVERAGE.fullmatch(str(kind))
+        if average and int(average.group(1)) < 1:
+            raise ExperimentError(f"{where}: {kind!r} averages no checkpoint; give last1 or more")
+        if kind not in CHECKPOINT_KINDS and not average:
+            raise ExperimentError(
+                f"{where}: unknown {kind!r}; allowed: best, last, lastN (average of the last N"
+                " epoch checkpoints), lastNu (of the last N update checkpoints, --save-interval-updates)"
+            )
+    return checkpoints
+
+
+def _parse_row(item: dict, at: str, evaluation: Evaluation, default_seeds: List[int]) -> Row:
+    _check_keys(item, ["id", "title", "arch", "args", "seeds", "notes", "max_update", "variants",
+                       "uptrain_from", "uptrain_args"], at)
+    row_variants = item.get("variants")
+    if row_variants is not None:
+        if not isinstance(row_variants, list):
+            raise ExperimentError(f"{at}.variants must be a list of eval.variants names, got {row_variants!r}")
+        row_variants = [str(v or "") for v in row_variants]
+        unknown = sorted(set(row_variants) - set(evaluation.variants))
+        if unknown:
+            raise ExperimentError(f"{at}.variants: {unknown} are not in eval.variants {sorted(evaluation.variants)}")
+    for key in ("id", "arch"):
+        if not item.get(key):
+            raise ExperimentError(f"{at}: '{key}' is required")
+    if not _ID.match(str(item["id"])):
+        raise ExperimentError(f"{at}: id {item['id']!r} must be letters, digits, '_', '.', '-'")
+    return Row(
+        id=str(item["id"]), arch=str(item["arch"]), title=str(item.get("title", "")),
+        args=_train_args(item.get("args"), f"{at}.args"),
+        seeds=_seeds(item.get("seeds", default_seeds), f"{at}.seeds"), notes=str(item.get("notes", "")),
+        max_update=_int(item.get("max_update", 0), f"{at}.max_update"), variants=row_variants,
+        uptrain_from=str(item.get("uptrain_from") or ""),
+        uptrain_args=_args(item.get("uptrain_args"), f"{at}.uptrain_args"),
     )
 
 

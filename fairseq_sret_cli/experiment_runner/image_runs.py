@@ -27,7 +27,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, stdev
 from typing import Dict, List, Optional, Sequence

@@ -14,8 +14,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_sret.atomic_files import replacing
 
 from .. import pyplot
+from .cpu_time import device_name
 from .experiment_file import Experiment, describe
-from .runner import cpu_model, device_name, evaluation_key, write_text_atomically  # noqa: F401 (cpu_model: for callers)
+from .run_evaluation import evaluation_key
+from .run_folder import write_text_atomically
 from fairseq_sret import json_text
 
 
@@ -402,95 +404,120 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
     (mean +- std per row); and, when a row is decoded at several depths, the depth curve
     (BLEU and sentences/s per decoded variant). Each names the machine and the command,
     under the axes and in the PNG's ``Description``."""
-    plt = pyplot()
-    palette, marks = plt.cm.tab20.colors, "osD^vP*Xhp<>"
-    styles = {row["id"]: (palette[i % len(palette)], marks[i % len(marks)]) for i, row in enumerate(rows)}
-    caption = figure_caption(env or {}, command)
-    subset = experiment.evaluation.subsets[0]
-    subset_name = _subset_names(records).get(subset, subset)
-    kinds = evaluation_keys(experiment)
-    paths = {}
-    on_devices = row_devices(records)
+    figures = _Figures(experiment, rows, records, results_dir, figure_caption(env or {}, command))
+    figures.valid_loss()
+    figures.bleu_against_cost()
+    figures.bleu_against_speed()
+    figures.learning_curve()
+    figures.depth_curve()
+    return figures.paths
 
-    def named(row_id: str, text: str) -> str:
+
+class _Figures:
+    """The figures of :func:`plot`, one a method, each row in the same colour and mark in all."""
+
+    def __init__(self, experiment: Experiment, rows: List[dict], records: List[dict], results_dir: Path,
+                 caption: str):
+        self.plt = pyplot()
+        palette, marks = self.plt.cm.tab20.colors, "osD^vP*Xhp<>"
+        self.styles = {row["id"]: (palette[i % len(palette)], marks[i % len(marks)]) for i, row in enumerate(rows)}
+        self.experiment, self.rows, self.records, self.results_dir = experiment, rows, records, results_dir
+        self.caption = caption
+        self.subset = experiment.evaluation.subsets[0]
+        self.subset_name = _subset_names(records).get(self.subset, self.subset)
+        self.kinds = evaluation_keys(experiment)
+        self.on_devices = row_devices(records)
+        self.paths: Dict[str, Path] = {}
+
+    def named(self, row_id: str, text: str) -> str:
         """A legend label, with the row's device(s) when the runs trained on several."""
-        return f"{text}, {' + '.join(on_devices[row_id])}" if row_id in on_devices else text
+        return f"{text}, {' + '.join(self.on_devices[row_id])}" if row_id in self.on_devices else text
 
-    def new_figure(title: str, width: float = 9.5, height: float = 5.0, panels: int = 1):
-        fig, axes = plt.subplots(1, panels, figsize=(width, height), squeeze=False)
-        fig.suptitle("\n".join(textwrap.wrap(f"{experiment.title}: {title}", 110)), fontsize=10)
+    def new_figure(self, title: str, width: float = 9.5, height: float = 5.0, panels: int = 1):
+        fig, axes = self.plt.subplots(1, panels, figsize=(width, height), squeeze=False)
+        fig.suptitle("\n".join(textwrap.wrap(f"{self.experiment.title}: {title}", 110)), fontsize=10)
         for axis in axes[0]:
             axis.grid(alpha=0.3)
         return fig, list(axes[0])
 
-    def save(fig, key: str, suffix: str, legend_axis) -> None:
+    def save(self, fig, key: str, suffix: str, legend_axis) -> None:
         if legend_axis.get_legend_handles_labels()[0]:
             legend_axis.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+        caption = self.caption
         lines = caption.count("\n") + 1 if caption else 0
         fig.text(0.01, 0.01, caption, fontsize=6.5, va="bottom", ha="left", color="0.3")
         fig.tight_layout(rect=(0, 0.012 + 0.022 * lines, 1, 1))
-        paths[key] = results_dir / f"{experiment.name}_{suffix}.png"
-        with replacing(paths[key]) as tmp:  # a reader, or a kill, sees the old figure or the new one
+        self.paths[key] = self.results_dir / f"{self.experiment.name}_{suffix}.png"
+        with replacing(self.paths[key]) as tmp:  # a reader, or a kill, sees the old figure or the new one
             fig.savefig(tmp, dpi=110, format="png", metadata={"Description": caption} if caption else None)
-        plt.close(fig)
+        self.plt.close(fig)
 
-    def row_point(axis, row: dict, x_key: str, y_key: str, x_scale: float = 1.0, label: str = "",
+    def row_point(self, axis, row: dict, x_key: str, y_key: str, x_scale: float = 1.0, label: str = "",
                   hollow: bool = False) -> None:
         x, y = row["stats"].get(x_key), row["stats"].get(y_key)
         if not x or not y or x.get("mean") is None or y.get("mean") is None:
             return
-        color, mark = styles[row["id"]]
+        color, mark = self.styles[row["id"]]
         axis.errorbar(x["mean"] / x_scale, y["mean"], xerr=(x.get("std") or 0) / x_scale, yerr=y.get("std") or 0,
                       fmt=mark, color=color, capsize=3, mfc="none" if hollow else color,
-                      label=named(row["id"], label or f"{row['id']} ({_seeds(len(row['seeds_done']))})"))
+                      label=self.named(row["id"], label or f"{row['id']} ({_seeds(len(row['seeds_done']))})"))
 
-    def decoded(row: dict) -> List[str]:
+    def decoded(self, row: dict) -> List[str]:
         """The evaluation keys (checkpoint @ variant) this row has a BLEU for."""
-        return [k for k in kinds if (row["stats"].get(f"bleu/{k}/{subset}") or {}).get("mean") is not None]
+        return [k for k in self.kinds if (row["stats"].get(f"bleu/{k}/{self.subset}") or {}).get("mean") is not None]
 
-    fig, (by_update, by_time) = new_figure("validation loss", width=13.0, panels=2)
-    labelled = set()
-    for record in records:
-        curve = (record.get("train") or {}).get("curve") or []
-        if not curve or record.get("row") not in styles:
-            continue
-        color, _ = styles[record["row"]]
-        label = None if record["row"] in labelled else named(record["row"], record["row"])
-        labelled.add(record["row"])
-        by_update.plot([p["update"] for p in curve], [p["valid_loss"] for p in curve], color=color)
-        by_time.plot([p["seconds"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
-    by_update.set_xlabel("updates")
-    by_time.set_xlabel("training seconds (wall clock)")
-    for axis in (by_update, by_time):
-        axis.set_ylabel("valid loss")
-    save(fig, "valid loss", "valid_loss", legend_axis=by_time)
+    def valid_loss(self) -> None:
+        fig, (by_update, by_time) = self.new_figure("validation loss", width=13.0, panels=2)
+        labelled = set()
+        for record in self.records:
+            curve = (record.get("train") or {}).get("curve") or []
+            if not curve or record.get("row") not in self.styles:
+                continue
+            color, _ = self.styles[record["row"]]
+            label = None if record["row"] in labelled else self.named(record["row"], record["row"])
+            labelled.add(record["row"])
+            by_update.plot([p["update"] for p in curve], [p["valid_loss"] for p in curve], color=color)
+            by_time.plot([p["seconds"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
+        by_update.set_xlabel("updates")
+        by_time.set_xlabel("training seconds (wall clock)")
+        for axis in (by_update, by_time):
+            axis.set_ylabel("valid loss")
+        self.save(fig, "valid loss", "valid_loss", legend_axis=by_time)
 
-    for key, suffix, what, x_key, x_scale, x_label in (
-            ("BLEU against parameters", "bleu_params", "unique parameters", "params", 1e6, "unique parameters (M)"),
-            ("BLEU against training CPU time", "bleu_cpu", "training CPU time", "train_cpu_seconds", 1.0,
-             "training CPU seconds (user + system, all training processes)")):
-        fig, (axis,) = new_figure(f"BLEU against {what} ({kinds[0]} checkpoint)")
-        for row in rows:
-            row_point(axis, row, x_key, f"bleu/{kinds[0]}/{subset}", x_scale=x_scale)
-        axis.set_xlabel(x_label)
-        axis.set_ylabel(f"BLEU {subset_name}")
-        save(fig, key, suffix, legend_axis=axis)
+    def bleu_against_cost(self) -> None:
+        """BLEU against unique parameters, and against training CPU seconds."""
+        first = self.kinds[0]
+        for key, suffix, what, x_key, x_scale, x_label in (
+                ("BLEU against parameters", "bleu_params", "unique parameters", "params", 1e6, "unique parameters (M)"),
+                ("BLEU against training CPU time", "bleu_cpu", "training CPU time", "train_cpu_seconds", 1.0,
+                 "training CPU seconds (user + system, all training processes)")):
+            fig, (axis,) = self.new_figure(f"BLEU against {what} ({first} checkpoint)")
+            for row in self.rows:
+                self.row_point(axis, row, x_key, f"bleu/{first}/{self.subset}", x_scale=x_scale)
+            axis.set_xlabel(x_label)
+            axis.set_ylabel(f"BLEU {self.subset_name}")
+            self.save(fig, key, suffix, legend_axis=axis)
 
-    fig, (axis,) = new_figure(f"BLEU against decoding speed (beam {experiment.evaluation.beam})")
-    for row in rows:
-        for key in kinds:  # the first key filled, every other one (another depth or checkpoint) hollow
-            primary = key == kinds[0]
-            row_point(axis, row, f"speed/{key}/{subset}", f"bleu/{key}/{subset}",
-                      label=row["id"] if primary else f"{row['id']} {key}", hollow=not primary)
-    axis.set_xlabel(f"sentences/s, {subset_name}")
-    axis.set_ylabel(f"BLEU {subset_name}")
-    save(fig, "BLEU against speed", "bleu_speed", legend_axis=axis)
+    def bleu_against_speed(self) -> None:
+        fig, (axis,) = self.new_figure(f"BLEU against decoding speed (beam {self.experiment.evaluation.beam})")
+        for row in self.rows:
+            for key in self.kinds:  # the first key filled, every other one (another depth or checkpoint) hollow
+                primary = key == self.kinds[0]
+                self.row_point(axis, row, f"speed/{key}/{self.subset}", f"bleu/{key}/{self.subset}",
+                               label=row["id"] if primary else f"{row['id']} {key}", hollow=not primary)
+        axis.set_xlabel(f"sentences/s, {self.subset_name}")
+        axis.set_ylabel(f"BLEU {self.subset_name}")
+        self.save(fig, "BLEU against speed", "bleu_speed", legend_axis=axis)
 
-    curves = [r for r in records if r.get("status") == "done" and r.get("curve") and r.get("row") in styles]
-    if curves:
-        curve_subset = experiment.evaluation.curve_subsets[0]
-        fig, (axis,) = new_figure(f"BLEU against training CPU time, a checkpoint every {experiment.evaluation.curve_every} epochs"
-                                  " of every run")
+    def learning_curve(self) -> None:
+        """BLEU of the curve's checkpoints against training CPU time (with ``eval.curve``)."""
+        curves = [r for r in self.records
+                  if r.get("status") == "done" and r.get("curve") and r.get("row") in self.styles]
+        if not curves:
+            return
+        curve_subset = self.experiment.evaluation.curve_subsets[0]
+        fig, (axis,) = self.new_figure("BLEU against training CPU time, a checkpoint every"
+                                       f" {self.experiment.evaluation.curve_every} epochs of every run")
         labelled = set()
         for record in curves:
             points = [(p["cpu_seconds"], primary_score((p["eval"].get(curve_subset) or {}).get("scores") or []))
@@ -498,33 +525,35 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
             points = [(x, b["score"]) for x, b in points if x is not None and b]
             if not points:
                 continue
-            color, mark = styles[record["row"]]
-            label = None if record["row"] in labelled else named(record["row"], record["row"])
+            color, mark = self.styles[record["row"]]
+            label = None if record["row"] in labelled else self.named(record["row"], record["row"])
             labelled.add(record["row"])
             axis.plot([x for x, _ in points], [y for _, y in points], mark + "-", color=color, label=label,
                       markersize=4)
         axis.set_xlabel("training CPU seconds (user + system) when the checkpoint was saved")
-        axis.set_ylabel(f"BLEU {_subset_names(records).get(curve_subset, curve_subset)}")
-        save(fig, "learning curve", "bleu_cpu_curve", legend_axis=axis)
+        axis.set_ylabel(f"BLEU {_subset_names(self.records).get(curve_subset, curve_subset)}")
+        self.save(fig, "learning curve", "bleu_cpu_curve", legend_axis=axis)
 
-    depth_rows = [(row, done) for row in rows if len(done := decoded(row)) > 1] \
-        if len(experiment.evaluation.variants) > 1 else []  # best and last5 alone are no depth curve
-    if depth_rows:
-        fig, (by_bleu, by_speed) = new_figure("the depth curve (each decoded depth of one trained model)",
-                                              width=13.0, panels=2)
+    def depth_curve(self) -> None:
+        """BLEU and sentences/s of each decoded variant, for the rows decoded at several."""
+        depth_rows = [(row, done) for row in self.rows if len(done := self.decoded(row)) > 1] \
+            if len(self.experiment.evaluation.variants) > 1 else []  # best and last5 alone are no depth curve
+        if not depth_rows:
+            return
+        fig, (by_bleu, by_speed) = self.new_figure("the depth curve (each decoded depth of one trained model)",
+                                                   width=13.0, panels=2)
         for row, done in depth_rows:
-            color, mark = styles[row["id"]]
+            color, mark = self.styles[row["id"]]
             for axis, metric in ((by_bleu, "bleu"), (by_speed, "speed")):
-                means = [row["stats"].get(f"{metric}/{k}/{subset}", {}).get("mean") for k in done]
-                stds = [row["stats"].get(f"{metric}/{k}/{subset}", {}).get("std") or 0 for k in done]
+                means = [row["stats"].get(f"{metric}/{k}/{self.subset}", {}).get("mean") for k in done]
+                stds = [row["stats"].get(f"{metric}/{k}/{self.subset}", {}).get("std") or 0 for k in done]
                 if None in means:
                     continue
-                axis.errorbar([kinds.index(k) for k in done], means, yerr=stds, fmt=mark + "-", color=color, capsize=3,
-                              label=f"{row['id']} ({_seeds(len(row['seeds_done']))})")
+                axis.errorbar([self.kinds.index(k) for k in done], means, yerr=stds, fmt=mark + "-", color=color,
+                              capsize=3, label=f"{row['id']} ({_seeds(len(row['seeds_done']))})")
         for axis in (by_bleu, by_speed):
-            axis.set_xticks(range(len(kinds)), kinds, fontsize=8)
+            axis.set_xticks(range(len(self.kinds)), self.kinds, fontsize=8)
             axis.set_xlabel("decoded checkpoint @ variant (no variant: the trained depth)")
-        by_bleu.set_ylabel(f"BLEU {subset_name}")
-        by_speed.set_ylabel(f"sentences/s, {subset_name}")
-        save(fig, "depth curve", "depth", legend_axis=by_speed)
-    return paths
+        by_bleu.set_ylabel(f"BLEU {self.subset_name}")
+        by_speed.set_ylabel(f"sentences/s, {self.subset_name}")
+        self.save(fig, "depth curve", "depth", legend_axis=by_speed)

@@ -14,7 +14,8 @@ import pytest
 
 from bad_input_cases import Case, experiment, experiment_run, run_case_here, write
 from fairseq_sret_cli.experiment_runner import parse_experiment
-from fairseq_sret_cli.experiment_runner.runner import RUN_OUTPUTS, check_run_folder, run_paths, run_settings, training_settings
+from fairseq_sret_cli.experiment_runner.run_folder import RUN_OUTPUTS, run_paths
+from fairseq_sret_cli.experiment_runner.settings import check_run_folder, run_settings, training_settings
 from fairseq_sret_cli.outputs import exclusive
 
 ROW = "  - {id: sret, arch: sret_transformer_tiny, args: --lr 1e-3}\n"

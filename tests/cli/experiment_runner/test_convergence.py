@@ -8,6 +8,11 @@ import sys
 import pytest
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner, training_summary
+from fairseq_sret_cli.experiment_runner.run_evaluation import _checkpoint_for
+from fairseq_sret_cli.experiment_runner.run_folder import RunPaths, read_record, run_paths, write_record
+from fairseq_sret_cli.experiment_runner.settings import finished_record, run_settings
+from fairseq_sret_cli.experiment_runner.training import refresh_training, summarise_training
+from fairseq_sret_cli.experiment_runner.training_log import parse_training_log, stopping_epoch
 
 VALID = [4.0, 3.0, 2.5, 2.6, 2.5, 2.45, 2.4, 2.8, 2.9, 3.0, 2.95, 3.1]  # best 2.4 at epoch 7
 
@@ -29,15 +34,15 @@ def log_text(losses, updates_per_epoch=10, restart_after=None):
 
 def test_the_stopping_epoch_follows_fairseq_s_rule():
     curve = [{"epoch": e, "valid_loss": v} for e, v in enumerate(VALID, start=1)]
-    assert runner.stopping_epoch(curve, 3) == 10  # 2.4 at 7, then 3 without improvement
-    assert runner.stopping_epoch(curve, 2) == 5  # 2.5 at 3; 2.6 and an equal 2.5 do not improve
-    assert runner.stopping_epoch(curve, 6) is None and runner.stopping_epoch(curve, 0) is None
+    assert stopping_epoch(curve, 3) == 10  # 2.4 at 7, then 3 without improvement
+    assert stopping_epoch(curve, 2) == 5  # 2.5 at 3; 2.6 and an equal 2.5 do not improve
+    assert stopping_epoch(curve, 6) is None and stopping_epoch(curve, 0) is None
 
 
 def test_progress_says_how_far_a_run_is_from_its_patience(tmp_path):
     run = parse_experiment({"name": "x", "train": {"max_epoch": 60, "patience": 10},
                             "rows": [{"id": "a", "arch": "t"}]}).runs()[0]
-    paths = runner.run_paths(tmp_path, run)
+    paths = run_paths(tmp_path, run)
     paths.root.mkdir(parents=True)
     paths.train_log.write_text(log_text(VALID[:9]))  # best 2.4 at epoch 7, then 2.8 and 2.9
     line = runner._progress_line(run, paths, started=0.0, patience=10)
@@ -46,17 +51,17 @@ def test_progress_says_how_far_a_run_is_from_its_patience(tmp_path):
 
 
 def test_a_run_trained_past_its_stopping_epoch_counts_to_it():
-    summary = training_summary(runner.parse_training_log(log_text(VALID)), patience=3)
+    summary = training_summary(parse_training_log(log_text(VALID)), patience=3)
     assert (summary["stopped_at_epoch"], summary["epochs_trained"], summary["epochs"]) == (10, 12, 10)
     assert (summary["best_epoch"], summary["updates"], summary["seconds"]) == (7, 100, 100)
     assert [p["epoch"] for p in summary["curve"]] == list(range(1, 11))
-    stopped = training_summary(runner.parse_training_log(log_text(VALID[:10])), patience=3)
+    stopped = training_summary(parse_training_log(log_text(VALID[:10])), patience=3)
     assert stopped["stopped_at_epoch"] == 10 and "epochs_trained" not in stopped
-    assert "stopped_at_epoch" not in training_summary(runner.parse_training_log(log_text(VALID)))
+    assert "stopped_at_epoch" not in training_summary(parse_training_log(log_text(VALID)))
 
 
 def test_a_cut_run_is_evaluated_as_of_its_stopping_epoch(tmp_path, monkeypatch):
-    paths = runner.RunPaths(tmp_path)
+    paths = RunPaths(tmp_path)
     paths.checkpoints.mkdir()
     for epoch in range(1, 13):
         (paths.checkpoints / f"checkpoint{epoch}.pt").write_text(str(epoch))
@@ -65,13 +70,13 @@ def test_a_cut_run_is_evaluated_as_of_its_stopping_epoch(tmp_path, monkeypatch):
     monkeypatch.setattr("fairseq_sret.checkpoints.save_checkpoint",
                         lambda names, target: (averaged.append(names), target.write_text("avg")))
     train = {"best_epoch": 7, "stopped_at_epoch": 10, "epochs_trained": 12}
-    assert runner._checkpoint_for("best", paths, train).name == "checkpoint7.pt"
-    assert runner._checkpoint_for("last", paths, train).name == "checkpoint10.pt"
-    assert runner._checkpoint_for("last3", paths, train).name == "checkpoint.last3.to10.pt"
+    assert _checkpoint_for("best", paths, train).name == "checkpoint7.pt"
+    assert _checkpoint_for("last", paths, train).name == "checkpoint10.pt"
+    assert _checkpoint_for("last3", paths, train).name == "checkpoint.last3.to10.pt"
     assert averaged == [["checkpoint10.pt", "checkpoint9.pt", "checkpoint8.pt"]]
-    assert runner._checkpoint_for("last3", paths).name == "checkpoint.last3.pt"
+    assert _checkpoint_for("last3", paths).name == "checkpoint.last3.pt"
     assert averaged[-1] == ["checkpoint12.pt", "checkpoint11.pt", "checkpoint10.pt"]
-    assert runner._checkpoint_for("best", paths, {"best_epoch": 7, "stopped_at_epoch": 10}).name == \
+    assert _checkpoint_for("best", paths, {"best_epoch": 7, "stopped_at_epoch": 10}).name == \
         "checkpoint_best.pt"  # stopped by fairseq itself: its own best
 
 
@@ -87,7 +92,7 @@ def converging(monkeypatch, tmp_path):
                                       "time.sleep(120)"]
 
     def evaluate_run(experiment, paths, data, cpu=False, row=None, skipped=None, train=None):
-        calls["evaluated"].append(runner._checkpoint_for("best", paths, train).name)
+        calls["evaluated"].append(_checkpoint_for("best", paths, train).name)
         return {"best": {"test": {"scores": []}}}
 
     monkeypatch.setattr(runner, "train_command", train_command)
@@ -112,10 +117,10 @@ def test_a_training_whose_log_meets_patience_is_stopped_and_counted_to_it(conver
 def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging, tmp_path):
     experiment = parse_experiment(EXPERIMENT)
     run = experiment.runs()[0]
-    paths = runner.run_paths(tmp_path / "runs", run)
+    paths = run_paths(tmp_path / "runs", run)
     paths.checkpoints.mkdir(parents=True)
-    settings = runner.run_settings(experiment, run, "data", tmp_path / "runs", False, None, None, None)
-    runner.write_record(paths, {"status": "training", "train_settings": settings})
+    settings = run_settings(experiment, run, "data", tmp_path / "runs", False, None, None, None)
+    write_record(paths, {"status": "training", "train_settings": settings})
     before = log_text(VALID, restart_after=5)
     paths.train_log.write_text(before)
     samples = [{"pid": 1, "from_update": 0, "update": 60, "process_cpu_seconds": 60.0},
@@ -126,7 +131,7 @@ def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging,
     assert paths.train_log.read_text() == before and converging["evaluated"] == ["checkpoint7.pt"]
     train = records[0]["train"]
     assert (train["stopped_at_epoch"], train["updates"], train["starts"]) == (10, 100, 2)
-    assert records[0]["status"] == "done" and runner.finished_record(experiment, run, tmp_path / "runs") is not None
+    assert records[0]["status"] == "done" and finished_record(experiment, run, tmp_path / "runs") is not None
     assert train["cpu_seconds"] == 60.0 + 45.0  # epoch 5's 50 updates from the first process, then the second's
 
 
@@ -135,7 +140,7 @@ def test_report_only_reads_a_finished_run_s_training_again(tmp_path):
     from its folder's log and trace; the decoded scores stay."""
     experiment = parse_experiment(dict(EXPERIMENT, eval={"checkpoints": ["best"], "curve": {"every": 5}}))
     run = experiment.runs()[0]
-    paths = runner.run_paths(tmp_path, run)
+    paths = run_paths(tmp_path, run)
     paths.root.mkdir(parents=True)
     paths.train_log.write_text(log_text(VALID, restart_after=5))
     samples = [{"pid": 1, "from_update": 0, "update": 60, "process_cpu_seconds": 60.0},
@@ -143,14 +148,14 @@ def test_report_only_reads_a_finished_run_s_training_again(tmp_path):
     paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
     old = {"status": "done", "train": {"epochs": 12, "updates": 120}, "eval": {"best": {"test": {"scores": [1]}}},
            "curve": [{"epoch": 10, "update": 100, "cpu_seconds": 999.0, "eval": {}}]}
-    runner.write_record(paths, old)
-    assert runner.refresh_training(experiment, tmp_path) == [run.name]
-    record = runner.read_record(paths)
+    write_record(paths, old)
+    assert refresh_training(experiment, tmp_path) == [run.name]
+    record = read_record(paths)
     assert (record["train"]["epochs"], record["train"]["updates"], record["train"]["stopped_at_epoch"]) == (10, 100, 10)
     assert record["train"]["cpu_seconds"] == pytest.approx(60.0 + 50 / 70 * 65.0, abs=0.1)  # linear within process 2
     assert record["curve"][0]["cpu_seconds"] == record["train"]["cpu_seconds"]
     assert record["eval"] == old["eval"]
-    assert runner.refresh_training(experiment, tmp_path) == []  # read once, nothing changes again
+    assert refresh_training(experiment, tmp_path) == []  # read once, nothing changes again
 
 
 def test_a_trace_that_ends_before_the_last_update_counts_nothing_and_says_how_far_it_went(tmp_path):
@@ -158,14 +163,14 @@ def test_a_trace_that_ends_before_the_last_update_counts_nothing_and_says_how_fa
     is recorded and the report's table of restarted runs names it."""
     from fairseq_sret_cli.experiment_runner.report import restarted_runs
 
-    paths = runner.RunPaths(tmp_path)
+    paths = RunPaths(tmp_path)
     paths.train_log.write_text(log_text(VALID[:10], restart_after=5))
     samples = [{"pid": 1, "from_update": 0, "update": 50, "process_cpu_seconds": 50.0},
                {"pid": 1, "from_update": 0, "update": 60, "process_cpu_seconds": 60.0},
                {"pid": 2, "from_update": 50, "update": 90, "process_cpu_seconds": 40.0}]  # its last 10 updates unsampled
     paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
     experiment = parse_experiment(dict(EXPERIMENT, eval={"checkpoints": ["best"], "curve": {"every": 5}}))
-    train = runner.summarise_training(experiment, paths, {})
+    train = summarise_training(experiment, paths, {})
     assert train["updates"] == 100 and train["cpu_seconds"] is None
     assert train["cpu_traced_to"] == {"update": 90, "seconds": 90.0}
     table = "\n".join(restarted_runs([{"row": "r", "seed": 1, "status": "done", "train": train, "train_processes": 2}]))

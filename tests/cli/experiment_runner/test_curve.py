@@ -11,7 +11,12 @@ import time
 import pytest
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, train_command
-from fairseq_sret_cli.experiment_runner import report, runner
+from fairseq_sret_cli.experiment_runner import report
+from fairseq_sret_cli.experiment_runner.commands import portable
+from fairseq_sret_cli.experiment_runner.cpu_time import CpuTrace, cpu_cost_path, cpu_seconds_at, read_cpu_trace
+from fairseq_sret_cli.experiment_runner.run_evaluation import evaluate_curve
+from fairseq_sret_cli.experiment_runner.run_folder import RunPaths
+from fairseq_sret_cli.experiment_runner.settings import run_config
 from fairseq_sret_cli.experiment_runner.experiment_file import ExperimentError
 
 
@@ -38,7 +43,7 @@ def test_the_curve_is_read_from_the_file_and_checked():
 
 
 def test_with_a_curve_every_epoch_checkpoint_is_kept_until_read(tmp_path):
-    paths = runner.RunPaths(tmp_path)
+    paths = RunPaths(tmp_path)
     plain = train_command(experiment(), experiment().runs()[0], "bin", paths)
     assert plain[plain.index("--keep-last-epochs") + 1] == "3"
     curved = experiment({"every": 5})
@@ -47,22 +52,22 @@ def test_with_a_curve_every_epoch_checkpoint_is_kept_until_read(tmp_path):
 
 def test_a_run_with_a_curve_is_another_configuration():
     run = experiment().runs()[0]
-    assert runner.run_config(experiment(), run) != runner.run_config(experiment({"every": 5}), run)
-    assert "curve" not in runner.run_config(experiment(), run)["eval"]  # older results stay valid
+    assert run_config(experiment(), run) != run_config(experiment({"every": 5}), run)
+    assert "curve" not in run_config(experiment(), run)["eval"]  # older results stay valid
 
 
 def test_cpu_seconds_at_an_update_are_read_between_the_samples_around_it():
     samples = [{"update": 50, "cpu_seconds": 60.0}, {"update": 90, "cpu_seconds": 90.5},
                {"update": 140, "cpu_seconds": 121.0}]
-    assert runner.cpu_seconds_at(samples, 90) == 90.5
-    assert runner.cpu_seconds_at(samples, 115) == pytest.approx(105.75, abs=0.05)
-    assert runner.cpu_seconds_at(samples, 10) == 60.0
-    assert runner.cpu_seconds_at(samples, 141) is None
+    assert cpu_seconds_at(samples, 90) == 90.5
+    assert cpu_seconds_at(samples, 115) == pytest.approx(105.75, abs=0.05)
+    assert cpu_seconds_at(samples, 10) == 60.0
+    assert cpu_seconds_at(samples, 141) is None
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads Linux's /proc")
 def test_the_trace_samples_a_process_s_cpu_time_against_its_logged_update(tmp_path):
-    paths = runner.RunPaths(tmp_path)
+    paths = RunPaths(tmp_path)
     earlier = 'x | INFO | train_inner | {"epoch": 3, "num_updates": "500", "loss": "3"}\n'  # another process's
     paths.train_log.write_text(earlier)
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
@@ -70,7 +75,7 @@ def test_the_trace_samples_a_process_s_cpu_time_against_its_logged_update(tmp_pa
                             stdout=subprocess.PIPE, text=True)
     try:
         assert busy.stdout.readline().strip() == "busy"  # it has used at least 0.6 s of CPU
-        trace = runner.CpuTrace(paths, busy.pid, log_offset=len(earlier), interval=0.0)
+        trace = CpuTrace(paths, busy.pid, log_offset=len(earlier), interval=0.0)
         trace.poll(time.time())  # nothing logged by this process yet: nothing to pair the CPU time with
         assert not paths.cpu_trace.exists()
         with open(paths.train_log, "a") as log:
@@ -84,7 +89,7 @@ def test_the_trace_samples_a_process_s_cpu_time_against_its_logged_update(tmp_pa
     finally:
         busy.kill()
         busy.wait()
-    samples = runner.read_cpu_trace(paths)
+    samples = read_cpu_trace(paths)
     assert [(s["pid"], s["from_update"], s["update"]) for s in samples] == [(busy.pid, 40, 50), (busy.pid, 40, 80)]
     assert 0.5 <= samples[0]["process_cpu_seconds"] <= samples[1]["process_cpu_seconds"] < 30
     # the process logs its last updates and ends between two polls: the final sample has them,
@@ -92,7 +97,7 @@ def test_the_trace_samples_a_process_s_cpu_time_against_its_logged_update(tmp_pa
     with open(paths.train_log, "a") as log:
         log.write('x | INFO | valid | {"epoch": 3, "valid_loss": "2", "valid_num_updates": "95"}\n')
     trace.finish(31.0)
-    last = runner.read_cpu_trace(paths)[-1]
+    last = read_cpu_trace(paths)[-1]
     assert (last["pid"], last["from_update"], last["update"], last["process_cpu_seconds"]) == (busy.pid, 40, 95, 31.0)
 
 
@@ -106,11 +111,11 @@ def test_a_resumed_run_s_cpu_time_follows_its_checkpoints():
     samples = [sample(11, 0, 100, 100.0), sample(11, 0, 200, 200.0), sample(11, 0, 250, 250.0),
                sample(11, 0, 300, 300.0),
                sample(12, 250, 300, 70.0), sample(12, 250, 400, 170.0)]
-    assert runner.cpu_cost_path(samples) == [(100, 100.0), (200, 200.0), (250, 250.0), (300, 320.0), (400, 420.0)]
-    assert runner.cpu_seconds_at(samples, 200) == 200.0 and runner.cpu_seconds_at(samples, 400) == 420.0
-    assert runner.cpu_seconds_at(samples, 401) is None
+    assert cpu_cost_path(samples) == [(100, 100.0), (200, 200.0), (250, 250.0), (300, 320.0), (400, 420.0)]
+    assert cpu_seconds_at(samples, 200) == 200.0 and cpu_seconds_at(samples, 400) == 420.0
+    assert cpu_seconds_at(samples, 401) is None
     # a process that starts again from scratch replaces everything before it
-    assert runner.cpu_cost_path(samples + [sample(13, 0, 100, 90.0)]) == [(100, 90.0)]
+    assert cpu_cost_path(samples + [sample(13, 0, 100, 90.0)]) == [(100, 90.0)]
 
 
 def test_an_older_trace_is_split_where_the_cpu_time_falls_and_placed_by_the_log_s_starts():
@@ -120,18 +125,18 @@ def test_an_older_trace_is_split_where_the_cpu_time_falls_and_placed_by_the_log_
               {"update": 300, "cpu_seconds": 0.5}, {"update": 260, "cpu_seconds": 20.0},
               {"update": 400, "cpu_seconds": 170.0}]
     starts = [{"from_update": 0}, {"from_update": 250}, {"from_update": 250}]
-    path = runner.cpu_cost_path(legacy, starts)
+    path = cpu_cost_path(legacy, starts)
     assert path == [(100, 100.0), (250, 250.0), (260, 270.0), (400, 420.0)]  # 250: between 100 and 300
     # a process of the new kind resumed later: the log's last start is its own
     later = legacy + [sample(14, 380, 450, 60.0)]
-    assert runner.cpu_cost_path(later, starts + [{"from_update": 380}])[-2:] == [(380, 398.6), (450, 458.6)]
+    assert cpu_cost_path(later, starts + [{"from_update": 380}])[-2:] == [(380, 398.6), (450, 458.6)]
     # without the log's starts the processes cannot be placed: each continues where the path ends
-    assert runner.cpu_cost_path(legacy) == [(100, 100.0), (300, 300.0), (400, 470.0)]
+    assert cpu_cost_path(legacy) == [(100, 100.0), (300, 300.0), (400, 470.0)]
 
 
 def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monkeypatch):
     exp = experiment({"every": 5}, checkpoints=("best", "last3"))
-    paths = runner.RunPaths(tmp_path)
+    paths = RunPaths(tmp_path)
     paths.checkpoints.mkdir()
     for epoch in range(1, 13):
         (paths.checkpoints / f"checkpoint{epoch}.pt").write_text("weights")
@@ -150,7 +155,7 @@ def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monke
                                                      {"name": "chrF2", "score": 2.0 * epoch}]}
 
     monkeypatch.setattr("fairseq_sret_cli.evaluation.evaluate.evaluate", fake_evaluate)
-    curve = runner.evaluate_curve(exp, paths, "bin", record)
+    curve = evaluate_curve(exp, paths, "bin", record)
     assert decoded == [("checkpoint5.pt", "test"), ("checkpoint10.pt", "test"), ("checkpoint12.pt", "test")]
     assert [(p["epoch"], p["update"], p["cpu_seconds"]) for p in curve] == [(5, 500, 50.0), (10, 1000, 100.0),
                                                                             (12, 1200, 120.0)]
@@ -159,7 +164,7 @@ def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monke
                     "checkpoint_best.pt", "checkpoint_last.pt"]  # the curve's, and the last 3 for last3
     assert json.loads(paths.record.read_text())["curve"] == curve  # written as it goes: a rerun continues
     decoded.clear()
-    runner.evaluate_curve(exp, paths, "bin", record)
+    evaluate_curve(exp, paths, "bin", record)
     assert decoded == []
 
     lines = report.learning_curves(exp, [dict(record, row="sret", seed=1, status="done")], {"test": "flickr"})
@@ -169,5 +174,5 @@ def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monke
 def test_recorded_commands_hold_no_paths_of_this_machine(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     inside, outside = tmp_path / "runs" / "a", tmp_path.parent / "elsewhere"
-    assert runner.portable(["-m", "fairseq_cli.train", str(inside), str(outside), "data-bin/x", str(tmp_path)]) == [
+    assert portable(["-m", "fairseq_cli.train", str(inside), str(outside), "data-bin/x", str(tmp_path)]) == [
         "-m", "fairseq_cli.train", "runs/a", str(outside), "data-bin/x", "."]

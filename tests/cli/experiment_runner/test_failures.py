@@ -7,6 +7,9 @@ import sys
 import pytest
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner
+from fairseq_sret_cli.experiment_runner.run_evaluation import NothingToAverage, _checkpoint_for
+from fairseq_sret_cli.experiment_runner.run_folder import RunPaths
+from fairseq_sret_cli.experiment_runner.settings import collect_records
 
 
 @pytest.fixture
@@ -20,8 +23,8 @@ def quick_runner(monkeypatch, tmp_path):
         if row.id == "a":
             raise RuntimeError("fairseq-generate failed (exit 1)")
         try:
-            runner._checkpoint_for("last2", paths)
-        except runner.NothingToAverage as exc:
+            _checkpoint_for("last2", paths)
+        except NothingToAverage as exc:
             skipped["last2"] = str(exc)
         return {"best": {"test": {"scores": []}}}
 
@@ -36,13 +39,13 @@ def test_one_failed_evaluation_stops_no_other_run(quick_runner):
                                    "rows": [{"id": "a", "arch": "t"}, {"id": "b", "arch": "t"}]})
     with pytest.raises(RuntimeError, match="1 runs failed: a/seed1"):
         runner.run_experiment(experiment, "data", quick_runner / "runs", progress_interval=0)
-    records = {r["row"]: r for r in runner.collect_records(experiment, quick_runner / "runs")}
+    records = {r["row"]: r for r in collect_records(experiment, quick_runner / "runs")}
     assert records["a"]["status"] == "failed" and "fairseq-generate failed" in records["a"]["error"]
     assert records["b"]["status"] == "done" and "no epoch checkpoints" in records["b"]["eval_skipped"]["last2"]
 
 
 def test_nothing_to_average_is_its_own_error(tmp_path):
-    paths = runner.RunPaths(tmp_path)
+    paths = RunPaths(tmp_path)
     paths.checkpoints.mkdir()
-    with pytest.raises(runner.NothingToAverage, match=r"no update checkpoints .*\(--save-interval-updates\)"):
-        runner._checkpoint_for("last3u", paths)
+    with pytest.raises(NothingToAverage, match=r"no update checkpoints .*\(--save-interval-updates\)"):
+        _checkpoint_for("last3u", paths)

@@ -4,12 +4,13 @@ CPU (train two tiny rows side by side, evaluate, write JSON/markdown/plots, resu
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fairseq_sret_cli.experiment_runner import ExperimentError, parse_experiment, parse_training_log, training_summary
-from fairseq_sret_cli.experiment_runner.report import cpu_model
+from fairseq_sret_cli.experiment_runner.cpu_time import cpu_model
 from fairseq_sret_cli.toy import write_reversal_corpus
 
 REPO = Path(__file__).resolve().parents[3]
@@ -411,7 +412,7 @@ def test_progress_counts_down_to_a_time_limit_that_comes_before_the_last_update(
 
 
 def test_reaping_a_training_process_gives_its_own_cpu_time():
-    from fairseq_sret_cli.experiment_runner.runner import add_cpu_seconds, reap
+    from fairseq_sret_cli.experiment_runner.cpu_time import add_cpu_seconds, reap
 
     burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
@@ -426,3 +427,20 @@ def test_reaping_a_training_process_gives_its_own_cpu_time():
     add_cpu_seconds(record, idle_seconds)  # a resumed run: the processes add up
     assert record["train_processes"] == 2
     assert record["train_cpu_seconds"] == pytest.approx(busy_seconds + idle_seconds, abs=0.1)
+
+
+def test_asking_whether_a_training_still_runs_leaves_its_cpu_time_to_the_reaping():
+    """The runner asks whether a converged training still runs before stopping it; a training
+    that has just ended must still be charged its CPU time when it is reaped."""
+    from fairseq_sret_cli.experiment_runner.cpu_time import is_running, reap
+
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
+    busy = subprocess.Popen([sys.executable, "-c", burn])
+    assert is_running(busy)
+    deadline = time.time() + 30
+    while is_running(busy) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not is_running(busy)  # ended, not reaped
+    code, seconds = reap(busy)
+    assert code == 0 and seconds >= 0.4
+    assert not is_running(busy)

@@ -11,6 +11,8 @@ import textwrap
 import time
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner
+from fairseq_sret_cli.experiment_runner.run_folder import run_paths, write_record
+from fairseq_sret_cli.experiment_runner.settings import run_settings
 
 EXPERIMENT = {"name": "x", "train": {"max_update": 5}, "eval": {"checkpoints": ["best"]},
               "rows": [{"id": "a", "arch": "t", "seeds": [1, 2]}, {"id": "b", "arch": "t", "seeds": [1, 2]}]}
@@ -29,11 +31,11 @@ def test_interrupted_runs_resume_before_new_runs_start(monkeypatch, tmp_path):
     experiment = parse_experiment(EXPERIMENT)
     for run in experiment.runs():
         if run.name in ("b/seed1", "a/seed2"):  # trained for a while by an earlier runner
-            paths = runner.run_paths(tmp_path / "runs", run)
-            settings = runner.run_settings(experiment, run, "data", tmp_path / "runs", False, None, None, None)
+            paths = run_paths(tmp_path / "runs", run)
+            settings = run_settings(experiment, run, "data", tmp_path / "runs", False, None, None, None)
             paths.checkpoints.mkdir(parents=True, exist_ok=True)  # train_command made it
             (paths.checkpoints / "checkpoint_last.pt").write_bytes(b"")
-            runner.write_record(paths, {"status": "training", "train_settings": settings})
+            write_record(paths, {"status": "training", "train_settings": settings})
     before = signal.getsignal(signal.SIGTERM)
     runner.run_experiment(experiment, "data", tmp_path / "runs", progress_interval=0)
     assert order.read_text().split() == ["a/seed2", "b/seed1", "a/seed1", "b/seed2"]

@@ -1,0 +1,166 @@
+"""What binds a run to the experiment file: its config (a recorded run counts as done only for
+the same one) and its training settings (a run folder resumes only with the same ones)."""
+
+import functools
+import hashlib
+import os
+import shutil
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_sret import json_text
+
+from .. import log as lab_log
+from .commands import train_command
+from .experiment_file import Experiment, ExperimentError, Run
+from .run_folder import RUN_OUTPUTS, RunPaths, read_record, run_paths, teacher_paths, trained_anything
+
+log = functools.partial(lab_log, stage="experiments")
+
+#: options whose values locate a run's files rather than decide its numbers (and --cpu: a run may
+#: continue on another machine)
+_LOCATING = {"--user-dir": "<user-dir>", "--save-dir": "<run>/checkpoints", "--finetune-from-model": "<run>/uptrained.pt"}
+
+
+class SettingsChanged(ExperimentError):
+    """Run folders trained with other settings than the experiment file now gives them."""
+
+
+def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = None,
+               max_epoch: Optional[int] = None) -> dict:
+    """What makes a run's numbers: a recorded run counts as done only for the same config."""
+    schedule = experiment.schedule
+    config = {
+        "arch": run.row.arch, "args": [*schedule.args, *run.row.args], "seed": run.seed,
+        "variants": run.row.variants,
+        "max_update": (run.row.max_update or schedule.max_update) if max_update is None else max_update,
+        "max_epoch": schedule.max_epoch if max_epoch is None else max_epoch, "patience": schedule.patience,
+        "eval": {"beam": experiment.evaluation.beam, "lenpen": experiment.evaluation.lenpen,
+                 "subsets": list(experiment.evaluation.subsets), "checkpoints": list(experiment.evaluation.checkpoints),
+                 "variants": dict(experiment.evaluation.variants)},
+    }
+    if experiment.evaluation.curve_every:
+        config["eval"]["curve"] = {"every": experiment.evaluation.curve_every,
+                                   "subsets": list(experiment.evaluation.curve_subsets)}
+    if run.row.uptrain_from:
+        config["uptrain"] = {"from": run.row.uptrain_from, "args": list(run.row.uptrain_args)}
+    return config
+
+
+def finished_record(experiment: Experiment, run: Run, output, known: Optional[Dict[str, dict]] = None,
+                    max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> Optional[dict]:
+    """The run's record if it is done with today's config: in its run folder, or among
+    ``known`` records (the results file of earlier sessions, keyed by run name)."""
+    config = run_config(experiment, run, max_update, max_epoch)
+    for record in (read_record(run_paths(output, run)), (known or {}).get(run.name) or {}):
+        if record.get("status") == "done" and record.get("config") == config:
+            return dict(record, row=run.row.id, seed=run.seed)
+    return None
+
+
+def collect_records(experiment: Experiment, output, known: Optional[Dict[str, dict]] = None,
+                    max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> List[dict]:
+    """Every run's record: the finished one (this session's or ``known``), else what is there."""
+    records = []
+    for run in experiment.runs():
+        done = finished_record(experiment, run, output, known, max_update, max_epoch)
+        records.append(done or dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed))
+    return records
+
+
+def training_settings(command: Sequence[str]) -> List[str]:
+    """A fairseq-train command (``[python,] -m fairseq_cli.train DATA ...``, as :func:`train_command`
+    makes it or ``run.json`` records it) as the settings that decide the model: the data-bin
+    and the paths of the run's files become placeholders, ``--cpu`` is left out."""
+    args = list(command)
+    args = args[args.index("fairseq_cli.train") + 2:] if "fairseq_cli.train" in args else args[1:]
+    out, located = ["<data>"], None
+    for arg in args:
+        if located is not None:
+            out.append(located)
+            located = None
+        elif arg in _LOCATING:
+            out.append(arg)
+            located = _LOCATING[arg]
+        elif arg != "--cpu":
+            out.append(arg)
+    return out
+
+
+def settings_fingerprint(settings: Sequence[str]) -> str:
+    return hashlib.sha256(json_text.dumps(list(settings)).encode("utf-8")).hexdigest()[:16]
+
+
+def _options(settings: Sequence[str]) -> Dict[str, str]:
+    found, flag = {}, None
+    for arg in settings:
+        if arg.startswith("--"):
+            flag = arg
+            found[flag] = ""
+        elif flag is not None:
+            found[flag] = (found[flag] + " " + arg).strip()
+    return found
+
+
+def settings_difference(old: Sequence[str], new: Sequence[str]) -> str:
+    """``--lr 0.001 -> 0.0005; --dropout 0.3 added`` (the options whose values differ)."""
+    a, b = _options(old), _options(new)
+    parts = []
+    for flag in list(a) + [f for f in b if f not in a]:
+        if flag not in b:
+            parts.append(f"{flag} {a[flag]} removed".replace("  ", " "))
+        elif flag not in a:
+            parts.append(f"{flag} {b[flag]} added".replace("  ", " "))
+        elif a[flag] != b[flag]:
+            parts.append(f"{flag} {a[flag]} -> {b[flag]}")
+    return "; ".join(parts) or "the options' order or positional arguments differ"
+
+
+def recorded_settings(paths: RunPaths, record: dict) -> Optional[List[str]]:
+    """The settings a run folder's training used (``run.json``), None if it records none."""
+    if record.get("train_settings"):
+        return list(record["train_settings"])
+    if record.get("command"):  # recorded before the settings were
+        return training_settings(record["command"])
+    return None
+
+
+def check_run_folder(run: Run, paths: RunPaths, settings: List[str], force: bool = False) -> Optional[str]:
+    """Bind ``run``'s folder to ``settings``: None when it is empty, or trained with these
+    settings (it resumes); else what differs. With ``force`` a folder trained otherwise is
+    emptied of what the runner made there (said loudly) and None returned."""
+    record = read_record(paths)
+    if not trained_anything(paths) and not paths.train_log.exists():
+        return None
+    recorded = recorded_settings(paths, record)
+    if recorded == settings:
+        return None
+    why = (f"{run.name}: {paths.root} holds checkpoints that sret-experiments did not record (no run.json)"
+           if recorded is None else
+           f"{run.name} was trained in {paths.root} with other settings ({settings_difference(recorded, settings)})")
+    if not force:
+        return why
+    log(f"{why}: --force: training it again from scratch (its checkpoints, log and evaluations are replaced)")
+    for name in RUN_OUTPUTS:
+        target = paths.root / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            target.unlink()
+    return None
+
+
+def run_settings(experiment: Experiment, run: Run, data: str, output, cpu: bool, max_update, max_epoch,
+                 model_options: Optional[List[str]]) -> List[str]:
+    """The training settings of ``run``; an uptrained run's include its teacher's (the teacher
+    row's, or when the row is not selected, those its run folder records)."""
+    paths = run_paths(output, run)
+    settings = training_settings(train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update,
+                                               max_epoch=max_epoch, model_options=model_options))
+    if run.row.uptrain_from:
+        row = next((r for r in experiment.rows if r.id == run.row.uptrain_from), None)
+        if row is not None:
+            teacher = run_settings(experiment, Run(row, run.seed), data, output, cpu, max_update, max_epoch, None)
+        else:
+            teacher = read_record(teacher_paths(output, run)).get("train_settings") or ["<not recorded>"]
+        settings += ["<teacher>", *teacher]
+    return settings
