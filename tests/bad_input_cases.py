@@ -214,7 +214,7 @@ def experiment_run(folder: Path, row: str = "  - {id: sret, arch: sret_transform
     exp = parse_experiment(yaml.safe_load((folder / "exp.yaml").read_text()), folder / "exp.yaml")
     run = exp.runs()[0]
     paths = run_paths(folder / "runs", run)
-    settings = run_settings(exp, run, "bin", folder / "runs", False, None, None, None)
+    settings = run_settings(exp, run, str(folder / "bin"), folder / "runs", False, None, None, None)
     write(paths.checkpoints, "checkpoint_last.pt", "weights")
     write(paths.root, "train.log", "log")
     write(paths.root, "run.json", json.dumps({"status": "training", "command": train_command(exp, run, "bin", paths)[1:],

@@ -5,6 +5,7 @@ import functools
 import hashlib
 import os
 import shutil
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_sret import json_text
@@ -70,7 +71,8 @@ def collect_records(experiment: Experiment, output, known: Optional[Dict[str, di
 def training_settings(command: Sequence[str]) -> List[str]:
     """A fairseq-train command (``[python,] -m fairseq_cli.train DATA ...``, as :func:`train_command`
     makes it or ``run.json`` records it) as the settings that decide the model: the data-bin
-    and the paths of the run's files become placeholders, ``--cpu`` is left out."""
+    and the paths of the run's files become placeholders, ``--cpu`` is left out
+    (:func:`run_settings` then puts what the data-bin holds in the data's place)."""
     args = list(command)
     args = args[args.index("fairseq_cli.train") + 2:] if "fairseq_cli.train" in args else args[1:]
     out, located = ["<data>"], None
@@ -84,6 +86,34 @@ def training_settings(command: Sequence[str]) -> List[str]:
         elif arg != "--cpu":
             out.append(arg)
     return out
+
+
+def data_fingerprint(data: str) -> str:
+    """What a data-bin holds, in short: its dictionaries' text and the names and sizes of its
+    binary files (fairseq's first folder of a colon-separated list). A data-bin rebuilt from other
+    text differs in both; reading every binary file would take minutes on a large corpus."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(str(data).split(":")[0]).iterdir()):
+        if path.name.startswith("dict.") and path.suffix == ".txt":
+            digest.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
+        elif path.suffix in (".bin", ".idx"):
+            digest.update(f"{path.name}\0{path.stat().st_size}\0".encode("utf-8"))
+    return digest.hexdigest()[:16]
+
+
+def data_setting(data: str) -> str:
+    """The data-bin in a run's settings: ``<data FINGERPRINT>`` (:func:`data_fingerprint`)."""
+    return f"<data {data_fingerprint(data)}>"
+
+
+def same_data(recorded: Optional[Sequence[str]], data: str) -> bool:
+    """Whether settings recorded by a run name the data-bin ``data`` holds now (True for
+    settings recorded before data-bins were fingerprinted, ``<data>``, or none)."""
+    return not recorded or recorded[0] in ("<data>", data)
+
+
+def _without_data_fingerprint(settings: Sequence[str]) -> List[str]:
+    return ["<data>" if arg.startswith("<data ") else arg for arg in settings]
 
 
 def settings_fingerprint(settings: Sequence[str]) -> str:
@@ -105,6 +135,8 @@ def settings_difference(old: Sequence[str], new: Sequence[str]) -> str:
     """``--lr 0.001 -> 0.0005; --dropout 0.3 added`` (the options whose values differ)."""
     a, b = _options(old), _options(new)
     parts = []
+    if old and new and old[0] != new[0] and old[0].startswith("<data") and new[0].startswith("<data"):
+        parts.append(f"the data-bin's contents: fingerprint {old[0][6:-1] or '?'} -> {new[0][6:-1]}")
     for flag in list(a) + [f for f in b if f not in a]:
         if flag not in b:
             parts.append(f"{flag} {a[flag]} removed".replace("  ", " "))
@@ -132,8 +164,9 @@ def check_run_folder(run: Run, paths: RunPaths, settings: List[str], force: bool
     if not trained_anything(paths) and not paths.train_log.exists():
         return None
     recorded = recorded_settings(paths, record)
-    if recorded == settings:
-        return None
+    if recorded is not None and (recorded == settings or (
+            recorded[:1] == ["<data>"] and recorded == _without_data_fingerprint(settings))):
+        return None  # the same settings (recorded before data-bins were fingerprinted: the same but the data)
     why = (f"{run.name}: {paths.root} holds checkpoints that sret-experiments did not record (no run.json)"
            if recorded is None else
            f"{run.name} was trained in {paths.root} with other settings ({settings_difference(recorded, settings)})")
@@ -156,6 +189,7 @@ def run_settings(experiment: Experiment, run: Run, data: str, output, cpu: bool,
     paths = run_paths(output, run)
     settings = training_settings(train_command(experiment, run, data, paths, cpu=cpu, max_update=max_update,
                                                max_epoch=max_epoch, model_options=model_options))
+    settings[0] = data_setting(data)
     if run.row.uptrain_from:
         row = next((r for r in experiment.rows if r.id == run.row.uptrain_from), None)
         if row is not None:

@@ -8,6 +8,8 @@ refuses before it starts anything, naming the runs and the options that changed,
 so these tests run the command in this process on a data-bin of empty files.
 """
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ import pytest
 from bad_input_cases import Case, experiment, experiment_run, run_case_here, write
 from fairseq_sret_cli.experiment_runner import parse_experiment
 from fairseq_sret_cli.experiment_runner.run_folder import RUN_OUTPUTS, run_paths
-from fairseq_sret_cli.experiment_runner.settings import check_run_folder, run_settings, training_settings
+from fairseq_sret_cli.experiment_runner.settings import (check_run_folder, run_config, run_settings,
+                                                         training_settings)
 from fairseq_sret_cli.outputs import exclusive
 
 ROW = "  - {id: sret, arch: sret_transformer_tiny, args: --lr 1e-3}\n"
@@ -72,7 +75,7 @@ def test_force_trains_a_changed_run_again_from_scratch_and_keeps_foreign_files(t
         "eval: {subsets: [test]}", "eval: {subsets: [test], curve: {every: 2}}" if curve else "eval: {subsets: [test]}"))
     exp = experiment_of(tmp_path)
     run = exp.runs()[0]
-    settings = run_settings(exp, run, "bin", tmp_path / "runs", False, None, None, None)
+    settings = run_settings(exp, run, str(tmp_path / "bin"), tmp_path / "runs", False, None, None, None)
     assert "--lr 1e-3 -> 5e-4" in check_run_folder(run, run_paths(tmp_path / "runs", run), settings)
     assert check_run_folder(run, run_paths(tmp_path / "runs", run), settings, force=True) is None
     assert not any((root / name).exists() for name in RUN_OUTPUTS) and notes.read_text() == "mine"
@@ -82,12 +85,13 @@ def test_the_same_settings_resume_and_another_data_path_is_the_same_run(tmp_path
     root = trained_run(tmp_path)
     exp = experiment_of(tmp_path)
     run = exp.runs()[0]
-    for data, cpu in (("bin", False), ("/moved/bin", True)):
-        settings = run_settings(exp, run, data, tmp_path / "runs", cpu, None, None, None)
+    shutil.copytree(tmp_path / "bin", tmp_path / "moved" / "bin")
+    for data, cpu in ((tmp_path / "bin", False), (tmp_path / "moved" / "bin", True)):
+        settings = run_settings(exp, run, str(data), tmp_path / "runs", cpu, None, None, None)
         assert check_run_folder(run, run_paths(tmp_path / "runs", run), settings) is None
     assert (root / "checkpoints" / "checkpoint_last.pt").is_file()
     # a smoke run's update cap is a setting too
-    smoke = run_settings(exp, run, "bin", tmp_path / "runs", False, 3, None, None)
+    smoke = run_settings(exp, run, str(tmp_path / "bin"), tmp_path / "runs", False, 3, None, None)
     assert "--max-update 10 -> 3" in check_run_folder(run, run_paths(tmp_path / "runs", run), smoke)
 
 
@@ -115,3 +119,21 @@ def test_foreign_results_files_are_refused(tmp_path):
     rc, err, _ = sret_experiments(tmp_path, "--report-only")
     assert rc == 2 and "results/bound.md: exists, not made by sret-experiments" in err, err[-2000:]
     assert (tmp_path / "results/bound.md").read_text() == "my notes on the experiment\n"
+
+
+@pytest.mark.parametrize("status", ["training", "done"])
+def test_a_run_of_another_data_bins_contents_is_refused(tmp_path, status):
+    """The data-bin's path is not a setting, what it holds is: a run trained (or finished, with
+    its scores) on one data-bin is neither resumed nor reported as done on another one at the
+    same path, which is refused naming the change; --force trains it again."""
+    root = trained_run(tmp_path)
+    if status == "done":
+        exp = experiment_of(tmp_path)
+        record = json.loads((root / "run.json").read_text())
+        record.update(status="done", config=run_config(exp, exp.runs()[0]))
+        (root / "run.json").write_text(json.dumps(record))
+    write(tmp_path, "bin/dict.src.txt", "w2 1\n")  # rebuilt from other text
+    rc, err, _ = sret_experiments(tmp_path)
+    line = err.strip().splitlines()[-1]
+    assert rc == 2 and "with other settings (the data-bin's contents: fingerprint" in line, err[-2000:]
+    assert "done already" not in err
