@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from . import HelpFormatter, UsageError, at_least, user_errors
+from . import HelpFormatter, UsageError, UserError, at_least, user_errors
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -118,101 +118,126 @@ def main(argv=None) -> int:
         chosen = getattr(args, name) or []
         if len(set(chosen)) != len(chosen):
             parser.error(f"--{name} names {sorted({c for c in chosen if chosen.count(c) > 1})} more than once")
-    import json
     import time
 
-    from .experiment_runner import ExperimentError, load_experiment, run_experiment, train_command, write_results
-    from .experiment_runner.commands import check_data
+    from .experiment_runner import train_command
     from .experiment_runner.report import check_results_files
     from .experiment_runner.run_folder import run_paths
-    from .experiment_runner.settings import collect_records
     from .experiment_runner.training import refresh_training
-    from .outputs import exclusive
 
     started = time.time()
     vision = _vision_file(args.experiment)
     if vision is not None:
         return image_experiment(args, argv, vision)
-
-    try:
-        whole = load_experiment(args.experiment)
-        experiment = whole.select(args.rows, args.seeds)
-        whole = whole.with_runs_of(experiment)  # what the results report
-    except ExperimentError as exc:
-        print(f"sret-experiments: error: {exc}", file=sys.stderr)
-        return 2
-    data = args.data or experiment.data
-    if not data:
-        print("sret-experiments: error: no data-bin: pass --data or set 'data' in the file", file=sys.stderr)
-        return 2
-    if not args.report_only:
-        try:
-            check_data(experiment, data)
-        except ExperimentError as exc:
-            print(f"sret-experiments: error: {exc}", file=sys.stderr)
-            return 2
+    whole, experiment, data = _translation_experiment(args)
     output = Path(args.output or Path("runs/experiments") / experiment.name)
-    command = _command_line(argv)
     if args.dry_run:
         for run in experiment.runs():
             cmd = train_command(experiment, run, data, run_paths(output, run), cpu=args.cpu,
                                 max_update=args.max_update, max_epoch=args.max_epoch)
             print(" ".join(shlex.quote(c) for c in cmd))
         return 0
-
-    results_file = Path(args.results) / f"{experiment.name}.json"
-    known, earlier = {}, []
-    if results_file.is_file():
-        try:
-            stored = json.loads(results_file.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            if not args.force:
-                print(f"sret-experiments: error: {results_file} is not valid JSON ({exc}); it records the finished"
-                      " runs: restore it (git), move it away, or pass --force to replace it", file=sys.stderr)
-                return 2
-            stored = {}
-        if isinstance(stored, dict) and isinstance(stored.get("runs"), list):
-            earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
-            known = {f"{r['row']}/seed{r['seed']}": r for r in stored.get("runs", []) if r.get("status") == "done"}
+    known, earlier = _earlier_results(Path(args.results) / f"{experiment.name}.json", args.force)
     check_results_files(Path(args.results), experiment.name, force=args.force)
-
-    def report(*_):
-        # the whole experiment (and the seeds --seeds adds), not the --rows/--seeds selection: the
-        # runs of the other rows stay in the table and among the runs a later command counts as done
-        records = collect_records(whole, output, known, args.max_update, args.max_epoch)
-        used = [r for r in records if r.get("status") == "done"]
-        kept = [r for r in earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
-                                              for u in used)]
-        return write_results(whole, records, args.results, command, device_note=args.note, earlier=kept)
-
-    if not args.report_only:
-        # one sret-experiments per output folder: a second would train the same runs at once
-        with exclusive(output, command):
-            print(f"[experiments] {experiment.name}: {len(experiment.runs())} runs of {len(experiment.rows)} rows,"
-                  f" {args.jobs} side by side; runs in {output}", file=sys.stderr)
-            try:
-                run_experiment(experiment, data, output, jobs=args.jobs, cpu=args.cpu, max_update=args.max_update,
-                               max_epoch=args.max_epoch, progress_interval=args.progress_interval,
-                               on_run_done=report, known=known, force=args.force,
-                               deadline=None if args.time_limit is None else started + 60 * args.time_limit)
-            except ExperimentError as exc:  # runs trained with other settings: nothing was started
-                print(f"sret-experiments: error: {exc}", file=sys.stderr)
-                return 2
-            except RuntimeError as exc:
-                report()
-                print(f"sret-experiments: error: {exc}", file=sys.stderr)
-                return 1
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trainings were stopped at their last checkpoint
-                report()
-                raise
-            written = report()
-    else:
+    report = _Report(args, whole, output, known, earlier, _command_line(argv))
+    if args.report_only:
         for name in refresh_training(experiment, output):
             print(f"[experiments] {name}: its training read again from its log and CPU trace", file=sys.stderr)
         written = report()
+    else:
+        written = _train(args, experiment, data, output, report, known, started)
     for path in written.values():
         print(path)
     return 0
+
+
+def _translation_experiment(args):
+    """(the whole experiment, the runs selected, the data-bin); UsageError for a file or a
+    data-bin that cannot serve."""
+    from .experiment_runner import ExperimentError, load_experiment
+    from .experiment_runner.commands import check_data
+
+    try:
+        whole = load_experiment(args.experiment)
+        experiment = whole.select(args.rows, args.seeds)
+        whole = whole.with_runs_of(experiment)  # what the results report
+    except ExperimentError as exc:
+        raise UsageError(str(exc)) from None
+    data = args.data or experiment.data
+    if not data:
+        raise UsageError("no data-bin: pass --data or set 'data' in the file")
+    if not args.report_only:
+        try:
+            check_data(experiment, data)
+        except ExperimentError as exc:
+            raise UsageError(str(exc)) from None
+    return whole, experiment, data
+
+
+def _earlier_results(results_file: Path, force: bool):
+    """The finished runs an earlier session recorded in ``results_file``: (by run name, all of them)."""
+    import json
+
+    if not results_file.is_file():
+        return {}, []
+    try:
+        stored = json.loads(results_file.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        if not force:
+            raise UsageError(f"{results_file} is not valid JSON ({exc}); it records the finished runs: restore it"
+                             " (git), move it away, or pass --force to replace it") from None
+        stored = {}
+    if not (isinstance(stored, dict) and isinstance(stored.get("runs"), list)):
+        return {}, []
+    earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
+    known = {f"{r['row']}/seed{r['seed']}": r for r in stored.get("runs", []) if r.get("status") == "done"}
+    return known, earlier
+
+
+class _Report:
+    """Writes the results of the whole experiment (and the seeds --seeds adds), not the
+    --rows/--seeds selection: the runs of the other rows stay in the table and among the runs
+    a later command counts as done. Called after every finished run and at the end."""
+
+    def __init__(self, args, whole, output: Path, known: dict, earlier: list, command: str):
+        self.args, self.whole, self.output, self.known, self.earlier, self.command = \
+            args, whole, output, known, earlier, command
+
+    def __call__(self, *_):
+        from .experiment_runner import write_results
+        from .experiment_runner.settings import collect_records
+
+        args = self.args
+        records = collect_records(self.whole, self.output, self.known, args.max_update, args.max_epoch)
+        used = [r for r in records if r.get("status") == "done"]
+        kept = [r for r in self.earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
+                                                   for u in used)]
+        return write_results(self.whole, records, args.results, self.command, device_note=args.note, earlier=kept)
+
+
+def _train(args, experiment, data: str, output: Path, report: _Report, known: dict, started: float) -> dict:
+    """Train the runs not done yet (one sret-experiments per output folder: a second would train
+    the same runs at once), reporting as they finish; returns the files written."""
+    from .experiment_runner import ExperimentError, run_experiment
+    from .outputs import exclusive
+
+    with exclusive(output, report.command):
+        print(f"[experiments] {experiment.name}: {len(experiment.runs())} runs of {len(experiment.rows)} rows,"
+              f" {args.jobs} side by side; runs in {output}", file=sys.stderr)
+        try:
+            run_experiment(experiment, data, output, jobs=args.jobs, cpu=args.cpu, max_update=args.max_update,
+                           max_epoch=args.max_epoch, progress_interval=args.progress_interval,
+                           on_run_done=report, known=known, force=args.force,
+                           deadline=None if args.time_limit is None else started + 60 * args.time_limit)
+        except ExperimentError as exc:  # runs trained with other settings: nothing was started
+            raise UsageError(str(exc)) from None
+        except RuntimeError as exc:
+            report()
+            raise UserError(str(exc)) from None
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trainings were stopped at their last checkpoint
+            report()
+            raise
+        return report()
 
 
 if __name__ == "__main__":

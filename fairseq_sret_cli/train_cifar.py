@@ -29,12 +29,11 @@ import ast
 import contextlib
 import json
 import math
-import os
 import random
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict
 
 import numpy as np
 import torch
@@ -288,171 +287,235 @@ def run(argv=None) -> dict:
 
 
 def _train(args, timm, outputs: Outputs) -> dict:
-    resume = resume_state(args) if args.resume else None
-    train_all = load_split(args.data_dir, "train")
-    test = load_split(args.data_dir, "test")
-    if test.classes != train_all.classes:
-        raise UserError(f"the test split's classes {test.classes} differ from train's {train_all.classes}")
-    if args.val_split:
-        train, val = train_all.split_off(args.val_split, seed=args.split_seed)
-    else:
-        train, val = train_all, None
-    if len(train) < args.batch_size:
-        raise UserError(f"--batch-size {args.batch_size} is more than the {len(train)} training images")
-    fingerprints = {"train": train.fingerprint(), "val": val.fingerprint() if val else None, "test": test.fingerprint()}
-    data_facts = {"source": train_all.source, "classes": train_all.classes, "fingerprints": fingerprints,
-                  "train_images": len(train), "val_images": len(val) if val else 0, "test_images": len(test)}
-    if resume is not None and resume["data"]["fingerprints"] != fingerprints:
-        raise UsageError(f"--resume: {args.output} was trained on other data ({resume['data']['source']},"
-                         f" {resume['data']['fingerprints']}); this --data-dir gives {fingerprints}")
+    return CifarRun(args, timm, outputs).train()
 
-    torch.manual_seed(args.seed)
-    random.seed(args.seed)
-    np.random.seed(args.seed % 2**32)
-    model, model_kwargs = build_model(args, len(train.classes))
-    cfg = get_pretrained_cfg(args.model)
-    mean, std = cfg["mean"], cfg["std"]
-    img_size = tuple(train.images.shape[1:3])
-    try:
-        depth_terms = parse_mixed_depth(args.mixed_depth)
-        if depth_terms:
-            if not isinstance(model, DepthControl):
-                raise ValueError(f"--mixed-depth: {args.model} has no recursive blocks")
-            check_mixed_depth(depth_terms, (model.recursions,), sides=(args.model,))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    facts = {"params": count_params(model), "macs": count_macs(model, img_size)}
 
-    rand_augment = None
-    if args.aa and args.aa != "none":
-        # magnitudes capped just below 10 (unless the config sets mmax): there timm's increasing
-        # posterize keeps 0 bits, which Pillow >= 12 refuses
-        hparams = dict(translate_const=int(img_size[0] * 0.45), img_mean=tuple(round(255 * m) for m in mean))
-        if "-mmax" not in args.aa:
-            hparams["magnitude_max"] = 9.99
+class CifarRun:
+    """One training run of ``sret-train-cifar``: the data, the model and timm's training parts
+    built in a fixed order (the seeds make a run reproducible), then the epochs, each saved to
+    ``--output`` so that ``--resume`` continues after the last one, then the test."""
+
+    def __init__(self, args, timm, outputs: Outputs):
+        self.args, self.timm, self.outputs = args, timm, outputs
+        self.resume = resume_state(args) if args.resume else None
+        self._load_data()
+        torch.manual_seed(args.seed)
+        random.seed(args.seed)
+        np.random.seed(args.seed % 2**32)
+        self.model, self.model_kwargs = build_model(args, len(self.train_split.classes))
+        cfg = get_pretrained_cfg(args.model)
+        self.mean, self.std = cfg["mean"], cfg["std"]
+        img_size = tuple(self.train_split.images.shape[1:3])
+        self.depth_terms = self._depth_terms()
+        self.facts = {"params": count_params(self.model), "macs": count_macs(self.model, img_size)}
+        self._augmentations(img_size)
+        self._optimisation()
+        self.start_epoch, self.cpu_seconds, self.history = 0, 0.0, []
+        self._restore()
+        self.soft_target_loss = timm.loss.SoftTargetCrossEntropy()
+
+    # ------------------------------------------------------------ building
+    def _load_data(self) -> None:
+        args = self.args
+        self.train_all = load_split(args.data_dir, "train")
+        self.test = load_split(args.data_dir, "test")
+        if self.test.classes != self.train_all.classes:
+            raise UserError(f"the test split's classes {self.test.classes} differ from train's {self.train_all.classes}")
+        if args.val_split:
+            self.train_split, self.val = self.train_all.split_off(args.val_split, seed=args.split_seed)
+        else:
+            self.train_split, self.val = self.train_all, None
+        train, val, test = self.train_split, self.val, self.test
+        if len(train) < args.batch_size:
+            raise UserError(f"--batch-size {args.batch_size} is more than the {len(train)} training images")
+        fingerprints = {"train": train.fingerprint(), "val": val.fingerprint() if val else None,
+                        "test": test.fingerprint()}
+        self.data_facts = {"source": self.train_all.source, "classes": self.train_all.classes,
+                           "fingerprints": fingerprints, "train_images": len(train),
+                           "val_images": len(val) if val else 0, "test_images": len(test)}
+        if self.resume is not None and self.resume["data"]["fingerprints"] != fingerprints:
+            raise UsageError(f"--resume: {args.output} was trained on other data ({self.resume['data']['source']},"
+                             f" {self.resume['data']['fingerprints']}); this --data-dir gives {fingerprints}")
+
+    def _depth_terms(self):
         try:
-            rand_augment = timm.data.rand_augment_transform(args.aa, hparams)
-        except (ValueError, AssertionError, KeyError) as exc:
-            raise UsageError(f"--aa {args.aa}: {exc}") from None
-    train_set = AugmentedImages(train, rand_augment=rand_augment)
-    erasing = timm.data.random_erasing.RandomErasing(args.reprob, mode="pixel", device="cpu") if args.reprob else None
-    mixup = None
-    if args.mixup or args.cutmix:
-        mixup = timm.data.Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, label_smoothing=args.smoothing,
-                                num_classes=len(train.classes))
-    optimizer = timm.optim.create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay)
-    steps_per_epoch = len(train) // args.batch_size
-    if args.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, args.max_steps_per_epoch)
-    scheduler, _ = timm.scheduler.create_scheduler_v2(
-        optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
-        warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=steps_per_epoch,
-    )
-    ema = timm.utils.ModelEmaV3(model, decay=args.model_ema_decay) if args.model_ema else None
+            depth_terms = parse_mixed_depth(self.args.mixed_depth)
+            if depth_terms:
+                if not isinstance(self.model, DepthControl):
+                    raise ValueError(f"--mixed-depth: {self.args.model} has no recursive blocks")
+                check_mixed_depth(depth_terms, (self.model.recursions,), sides=(self.args.model,))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return depth_terms
 
-    start_epoch, cpu_seconds, history = 0, 0.0, []
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
-        if ema is not None:
-            ema.module.load_state_dict(resume["ema"])
-        set_rng_state(resume["rng"])
-        start_epoch, cpu_seconds = resume["epoch"] + 1, resume["cpu_seconds"]
-        history = [h for h in resume["history"] if h["epoch"] < start_epoch]
-        log(f"resuming {args.output} after epoch {resume['epoch']} ({cpu_seconds:.0f} CPU s so far)")
-        if start_epoch >= args.epochs:
-            raise UsageError(f"{args.output} has trained all {args.epochs} epochs: nothing to resume")
-    elif args.output:
-        for name in RUN_FILES:  # --force: the new run has started, the old one goes
-            (Path(args.output) / name).unlink(missing_ok=True)
+    def _augmentations(self, img_size) -> None:
+        args, timm = self.args, self.timm
+        rand_augment = None
+        if args.aa and args.aa != "none":
+            # magnitudes capped just below 10 (unless the config sets mmax): there timm's increasing
+            # posterize keeps 0 bits, which Pillow >= 12 refuses
+            hparams = dict(translate_const=int(img_size[0] * 0.45), img_mean=tuple(round(255 * m) for m in self.mean))
+            if "-mmax" not in args.aa:
+                hparams["magnitude_max"] = 9.99
+            try:
+                rand_augment = timm.data.rand_augment_transform(args.aa, hparams)
+            except (ValueError, AssertionError, KeyError) as exc:
+                raise UsageError(f"--aa {args.aa}: {exc}") from None
+        self.train_set = AugmentedImages(self.train_split, rand_augment=rand_augment)
+        self.erasing = (timm.data.random_erasing.RandomErasing(args.reprob, mode="pixel", device="cpu")
+                        if args.reprob else None)
+        self.mixup = None
+        if args.mixup or args.cutmix:
+            self.mixup = timm.data.Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
+                                         label_smoothing=args.smoothing, num_classes=len(self.train_split.classes))
 
-    soft_target_loss = timm.loss.SoftTargetCrossEntropy()
+    def _optimisation(self) -> None:
+        args, timm = self.args, self.timm
+        self.optimizer = timm.optim.create_optimizer_v2(self.model, opt=args.opt, lr=args.lr,
+                                                        weight_decay=args.weight_decay)
+        self.steps_per_epoch = len(self.train_split) // args.batch_size
+        if args.max_steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, args.max_steps_per_epoch)
+        self.scheduler, _ = timm.scheduler.create_scheduler_v2(
+            self.optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
+            warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=self.steps_per_epoch,
+        )
+        self.ema = timm.utils.ModelEmaV3(self.model, decay=args.model_ema_decay) if args.model_ema else None
 
-    def loss_of(logits: Tensor, target: Tensor) -> Tensor:
-        if mixup is not None:  # Mixup's targets are class distributions
-            return soft_target_loss(logits, target)
-        return F.cross_entropy(logits, target, label_smoothing=args.smoothing)
+    def _restore(self) -> None:
+        """The state of ``--resume``; or, for a new run in ``--output``, the old run's files removed."""
+        args, resume = self.args, self.resume
+        if resume is not None:
+            self.model.load_state_dict(resume["model"])
+            self.optimizer.load_state_dict(resume["optimizer"])
+            self.scheduler.load_state_dict(resume["scheduler"])
+            if self.ema is not None:
+                self.ema.module.load_state_dict(resume["ema"])
+            set_rng_state(resume["rng"])
+            self.start_epoch, self.cpu_seconds = resume["epoch"] + 1, resume["cpu_seconds"]
+            self.history = [h for h in resume["history"] if h["epoch"] < self.start_epoch]
+            log(f"resuming {args.output} after epoch {resume['epoch']} ({self.cpu_seconds:.0f} CPU s so far)")
+            if self.start_epoch >= args.epochs:
+                raise UsageError(f"{args.output} has trained all {args.epochs} epochs: nothing to resume")
+        elif args.output:
+            for name in RUN_FILES:  # --force: the new run has started, the old one goes
+                (Path(args.output) / name).unlink(missing_ok=True)
 
-    log(f"{args.model} {model_kwargs}: {facts['params']:,} parameters, {facts['macs'] / 1e6:.1f}M MACs;"
-        f" {len(train):,} training images ({train_all.source}), {steps_per_epoch} updates per epoch,"
-        f" epochs {start_epoch + 1}-{args.epochs}")
-    run_started = time.time()
-    for epoch in range(start_epoch, args.epochs):
+    # ------------------------------------------------------------ training
+    def loss_of(self, logits: Tensor, target: Tensor) -> Tensor:
+        if self.mixup is not None:  # Mixup's targets are class distributions
+            return self.soft_target_loss(logits, target)
+        return F.cross_entropy(logits, target, label_smoothing=self.args.smoothing)
+
+    def train(self) -> dict:
+        args = self.args
+        log(f"{args.model} {self.model_kwargs}: {self.facts['params']:,} parameters, {self.facts['macs'] / 1e6:.1f}M"
+            f" MACs; {len(self.train_split):,} training images ({self.train_all.source}), {self.steps_per_epoch}"
+            f" updates per epoch, epochs {self.start_epoch + 1}-{args.epochs}")
+        run_started = time.time()
+        for epoch in range(self.start_epoch, args.epochs):
+            cpu_start, wall_start = time.process_time(), time.time()
+            stats = self._train_epoch(epoch)
+            train_cpu = time.process_time() - cpu_start
+            stats["train_images_per_cpu_s"] = stats.pop("seen") / max(train_cpu, 1e-9)
+            stats.update(self._validate())
+            self.cpu_seconds += time.process_time() - cpu_start
+            stats.update(cpu_seconds=self.cpu_seconds, wall_seconds=time.time() - wall_start)
+            self.history.append(stats)
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in stats.items() if k != "epoch")
+            log(f"epoch {epoch + 1}/{args.epochs} done: {shown}")
+            if args.output:
+                self._save(epoch)
+        return self._test(run_started)
+
+    def _train_epoch(self, epoch: int) -> dict:
+        """One epoch's updates; the mean losses, the learning rate and ``seen`` (images)."""
+        args, model, optimizer = self.args, self.model, self.optimizer
         model.train()
-        cpu_start, wall_start = time.process_time(), time.time()
         order = torch.Generator().manual_seed(args.seed * 100003 + epoch)
-        loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True, generator=order,
-                            num_workers=0)
+        loader = DataLoader(self.train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                            generator=order, num_workers=0)
         sums: Dict[str, float] = {}
         seen = 0
         for step, (images, target) in enumerate(loader):
-            if step >= steps_per_epoch:
+            if step >= self.steps_per_epoch:
                 break
-            x = normalise(images, mean, std)
-            if erasing is not None:
-                x = erasing(x)
-            if mixup is not None:
-                x, target = mixup(x, target)
-            loss = loss_of(model(x), target)
-            losses = {"loss": loss}
-            if depth_terms:
-                loss, depth_losses = mixed_depth_loss(model, depth_terms, loss, lambda: loss_of(model(x), target))
-                losses = {f"loss_depth{k}": v for k, v in depth_losses.items()}
-            if not math.isfinite(loss.item()):
-                raise UserError(f"the loss is {loss.item()} at epoch {epoch} update {step}: training diverged;"
-                                " lower --lr or set --clip-grad")
+            x = normalise(images, self.mean, self.std)
+            if self.erasing is not None:
+                x = self.erasing(x)
+            if self.mixup is not None:
+                x, target = self.mixup(x, target)
+            loss, losses = self._losses(x, target, epoch, step)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if args.clip_grad:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
             optimizer.step()
-            scheduler.step_update(epoch * steps_per_epoch + step + 1)
-            if ema is not None:
-                ema.update(model, step=epoch * steps_per_epoch + step)
+            self.scheduler.step_update(epoch * self.steps_per_epoch + step + 1)
+            if self.ema is not None:
+                self.ema.update(model, step=epoch * self.steps_per_epoch + step)
             for k, v in losses.items():
                 sums[k] = sums.get(k, 0.0) + v.item() * x.size(0)
             seen += x.size(0)
             if args.log_interval and step % args.log_interval == 0:
-                log(f"epoch {epoch + 1}/{args.epochs} update {step}/{steps_per_epoch} loss {loss.item():.4f}"
+                log(f"epoch {epoch + 1}/{args.epochs} update {step}/{self.steps_per_epoch} loss {loss.item():.4f}"
                     f" lr {optimizer.param_groups[0]['lr']:.2e}")
-        train_cpu = time.process_time() - cpu_start
-        stats = {"epoch": epoch, **{f"train_{k}": v / seen for k, v in sums.items()},
-                 "lr": optimizer.param_groups[0]["lr"], "train_images_per_cpu_s": seen / max(train_cpu, 1e-9)}
-        if val is not None:
-            stats.update({f"val_{k}": v for k, v in evaluate(model, val, mean, std, args.eval_batch_size).items()})
-            if ema is not None:
-                stats.update({f"val_ema_{k}": v for k, v in
-                              evaluate(ema.module, val, mean, std, args.eval_batch_size).items()})
-        cpu_seconds += time.process_time() - cpu_start
-        stats.update(cpu_seconds=cpu_seconds, wall_seconds=time.time() - wall_start)
-        history.append(stats)
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in stats.items() if k != "epoch")
-        log(f"epoch {epoch + 1}/{args.epochs} done: {shown}")
-        if args.output:
-            state = {
-                "command": "sret-train-cifar", "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "ema": ema.module.state_dict() if ema is not None else None,
-                "rng": rng_state(), "epoch": epoch, "cpu_seconds": cpu_seconds, "history": history,
-                "settings": settings_of(args), "data": data_facts, "model_name": args.model,
-                "model_kwargs": model_kwargs, "classes": train.classes,
-            }
-            outputs.save(state, Path(args.output) / "checkpoint_last.pt")
-            outputs.write_text(Path(args.output) / "log.jsonl", "".join(json_text.dumps(h) + "\n" for h in history))
+        return {"epoch": epoch, **{f"train_{k}": v / seen for k, v in sums.items()},
+                "lr": optimizer.param_groups[0]["lr"], "seen": seen}
 
-    result = {
-        "model": args.model, "model_kwargs": model_kwargs, **facts, "epochs": args.epochs,
-        "cpu_seconds": cpu_seconds, "test": evaluate_depths(model, test, mean, std, args.eval_batch_size),
-        "test_ema": evaluate_depths(ema.module, test, mean, std, args.eval_batch_size) if ema is not None else None,
-        "val": history[-1].get("val_acc1") if history else None, "data": data_facts,
-        "settings": settings_of(args), "cpu": cpu_model(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "timm": timm.__version__,
-    }
-    log(f"test top-1: {json_text.dumps(result['test'])}" + (f", EMA {json_text.dumps(result['test_ema'])}" if ema else "")
-        + f" ({time.time() - run_started:.0f} s)")
-    if args.output:
-        outputs.write_text(Path(args.output) / "result.json", json_text.dumps(result, indent=1) + "\n")
-    return result
+    def _losses(self, x: Tensor, target: Tensor, epoch: int, step: int):
+        """(the loss to minimise, the losses to log); a loss that is not finite stops the run."""
+        loss = self.loss_of(self.model(x), target)
+        losses = {"loss": loss}
+        if self.depth_terms:
+            loss, depth_losses = mixed_depth_loss(self.model, self.depth_terms, loss,
+                                                  lambda: self.loss_of(self.model(x), target))
+            losses = {f"loss_depth{k}": v for k, v in depth_losses.items()}
+        if not math.isfinite(loss.item()):
+            raise UserError(f"the loss is {loss.item()} at epoch {epoch} update {step}: training diverged;"
+                            " lower --lr or set --clip-grad")
+        return loss, losses
+
+    def _validate(self) -> dict:
+        if self.val is None:
+            return {}
+        batch = self.args.eval_batch_size
+        stats = {f"val_{k}": v for k, v in evaluate(self.model, self.val, self.mean, self.std, batch).items()}
+        if self.ema is not None:
+            stats.update({f"val_ema_{k}": v for k, v in
+                          evaluate(self.ema.module, self.val, self.mean, self.std, batch).items()})
+        return stats
+
+    def _save(self, epoch: int) -> None:
+        args, ema = self.args, self.ema
+        state = {
+            "command": "sret-train-cifar", "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "ema": ema.module.state_dict() if ema is not None else None,
+            "rng": rng_state(), "epoch": epoch, "cpu_seconds": self.cpu_seconds, "history": self.history,
+            "settings": settings_of(args), "data": self.data_facts, "model_name": args.model,
+            "model_kwargs": self.model_kwargs, "classes": self.train_split.classes,
+        }
+        self.outputs.save(state, Path(args.output) / "checkpoint_last.pt")
+        self.outputs.write_text(Path(args.output) / "log.jsonl",
+                                "".join(json_text.dumps(h) + "\n" for h in self.history))
+
+    def _test(self, run_started: float) -> dict:
+        args, ema, batch = self.args, self.ema, self.args.eval_batch_size
+        result = {
+            "model": args.model, "model_kwargs": self.model_kwargs, **self.facts, "epochs": args.epochs,
+            "cpu_seconds": self.cpu_seconds,
+            "test": evaluate_depths(self.model, self.test, self.mean, self.std, batch),
+            "test_ema": evaluate_depths(ema.module, self.test, self.mean, self.std, batch) if ema is not None else None,
+            "val": self.history[-1].get("val_acc1") if self.history else None, "data": self.data_facts,
+            "settings": settings_of(args), "cpu": cpu_model(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "timm": self.timm.__version__,
+        }
+        log(f"test top-1: {json_text.dumps(result['test'])}"
+            + (f", EMA {json_text.dumps(result['test_ema'])}" if ema else "")
+            + f" ({time.time() - run_started:.0f} s)")
+        if args.output:
+            self.outputs.write_text(Path(args.output) / "result.json", json_text.dumps(result, indent=1) + "\n")
+        return result
 
 
 @user_errors("sret-train-cifar", interrupted="interrupted; continue with the same command and --resume (from the last"

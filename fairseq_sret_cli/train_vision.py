@@ -229,6 +229,41 @@ def run(argv=None) -> dict:
     return _run(args, parser, training)
 
 
+def splits(args, training: bool):
+    """(train folder, val folder, whether each is there); UserError when one the work needs is not."""
+    train_dir, val_dir = os.path.join(args.data, "train"), os.path.join(args.data, "val")
+    has_train, has_val = os.path.isdir(train_dir), os.path.isdir(val_dir)
+    if (training or args.dump_logits) and not has_train:
+        raise UserError(f"no training split {train_dir}")
+    if not has_train and not has_val:
+        raise UserError(f"{args.data} holds neither train/ nor val/ (an ImageFolder: SPLIT/CLASS/IMAGE)")
+    return train_dir, val_dir, has_train, has_val
+
+
+def build_model(args, parser, classes):
+    """(the model of ``--model`` for ``classes``, its arguments, the ``--mixed-depth`` terms),
+    with the weights of ``--checkpoint`` or ``--finetune``."""
+    model_kwargs = {"num_classes": len(classes)}
+    if args.img_size is not None:
+        model_kwargs["img_size"] = args.img_size
+    if args.drop_path is not None:
+        model_kwargs["drop_path_rate"] = args.drop_path
+    model = create_model(args.model, **model_kwargs)
+    try:
+        depth_terms = parse_mixed_depth(args.mixed_depth)
+        if depth_terms:
+            if not isinstance(model, DepthControl):
+                raise ValueError(f"--mixed-depth: {args.model} has no recursive blocks")
+            check_mixed_depth(depth_terms, (model.recursions,), sides=(args.model,))
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.checkpoint:
+        load_weights(model, args.checkpoint, args.model, classes=classes)
+    if args.finetune:
+        load_weights(model, args.finetune, args.model, strict=False)
+    return model, model_kwargs, depth_terms
+
+
 def _run(args, parser, training: bool) -> dict:
     logging.getLogger("PIL").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
     device = resolve_device(args.device)
@@ -242,35 +277,13 @@ def _run(args, parser, training: bool) -> dict:
     start_over = training and args.output and check_run_folder(args, outputs)
     torch.manual_seed(args.seed)
     amp = autocast_settings(device, args.amp)
-    train_dir, val_dir = os.path.join(args.data, "train"), os.path.join(args.data, "val")
-    has_train, has_val = os.path.isdir(train_dir), os.path.isdir(val_dir)
-    if (training or args.dump_logits) and not has_train:
-        raise UserError(f"no training split {train_dir}")
-    if not has_train and not has_val:
-        raise UserError(f"{args.data} holds neither train/ nor val/ (an ImageFolder: SPLIT/CLASS/IMAGE)")
+    train_dir, val_dir, has_train, has_val = splits(args, training)
     if args.teacher_logits and args.teacher:
         raise UsageError("give --teacher-logits or --teacher, not both")
 
     classes = ImageFolder(train_dir if has_train else val_dir).classes
-    model_kwargs = {"num_classes": len(classes)}
-    if args.img_size is not None:
-        model_kwargs["img_size"] = args.img_size
-    if args.drop_path is not None:
-        model_kwargs["drop_path_rate"] = args.drop_path
-    model = create_model(args.model, **model_kwargs)
+    model, model_kwargs, depth_terms = build_model(args, parser, classes)
     img_size = model.cfg.img_size[0]
-    try:
-        depth_terms = parse_mixed_depth(args.mixed_depth)
-        if depth_terms:
-            if not isinstance(model, DepthControl):
-                raise ValueError(f"--mixed-depth: {args.model} has no recursive blocks")
-            check_mixed_depth(depth_terms, (model.recursions,), sides=(args.model,))
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.checkpoint:
-        load_weights(model, args.checkpoint, args.model, classes=classes)
-    if args.finetune:
-        load_weights(model, args.finetune, args.model, strict=False)
     model.to(device)
     # the module that runs (compiled or not); ``model`` keeps the parameters and their names
     net = torch.compile(model, mode=args.compile_mode, backend=args.compile_backend) if args.compile else model

@@ -170,107 +170,138 @@ def train(
     both checkpoints (e.g. the model's name and arguments), ``options`` in
     ``checkpoint_last.pt`` as ``args``.
     """
-    net = model if net is None else net
-    enabled, dtype, use_scaler = amp
-    distill = teacher_logits is not None or teacher is not None
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
-    steps_per_epoch = len(train_loader)
-    if config.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
-    total_steps = config.epochs * steps_per_epoch
-    warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
-    start_epoch, best = 0, -1.0
-    if resume:
+    run = _Training(model, train_loader, config, device, amp, net, teacher, teacher_logits, depth_terms)
+    start_epoch, best = run.resume(resume, checkpoint_extra, options) if resume else (0, -1.0)
+    if output:
+        os.makedirs(output, exist_ok=True)
+    stats: dict = {}
+    for epoch in range(start_epoch, config.epochs):
+        stats = run.train_epoch(epoch)
+        if val_loader is not None:
+            stats.update(run.validate(val_loader))
+        print(json_text.dumps(stats), flush=True)
+        if output:
+            best = run.save(output, epoch, stats, best, checkpoint_extra, options)
+    return stats
+
+
+class _Training:
+    """The state of :func:`train`: the model, its optimizer and gradient scaler, the schedule."""
+
+    def __init__(self, model, train_loader, config: TrainConfig, device, amp: Amp, net, teacher, teacher_logits,
+                 depth_terms):
+        self.model, self.train_loader, self.config, self.device, self.amp = model, train_loader, config, device, amp
+        self.net = model if net is None else net
+        self.teacher, self.teacher_logits, self.depth_terms = teacher, teacher_logits, depth_terms
+        self.distill = teacher_logits is not None or teacher is not None
+        self.optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=amp[2])
+        self.steps_per_epoch = len(train_loader)
+        if config.max_steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, config.max_steps_per_epoch)
+        self.total_steps = config.epochs * self.steps_per_epoch
+        self.warmup_steps = int(round(config.warmup_epochs * self.steps_per_epoch))
+
+    def resume(self, resume: str, checkpoint_extra: Optional[dict], options: Optional[dict]) -> Tuple[int, float]:
+        """Load ``resume`` (a ``checkpoint_last.pt`` of the same run); (first epoch, best accuracy)."""
         state = load_checkpoint_file(resume)
         for key in ("model_name", "classes"):  # what the data and the command line must still be
             saved, now = state.get(key), (checkpoint_extra or {}).get(key)
             if saved is not None and now is not None and saved != now:
                 raise ValueError(f"{resume} was trained with {key} {saved!r}, this run has {now!r}")
         check_resumed_settings(resume, state.get("args") or {}, options or {})
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
         start_epoch, best = state["epoch"] + 1, state.get("best_acc1", -1.0)
-        if start_epoch >= config.epochs:
-            raise ValueError(f"{resume} has trained {start_epoch} epochs, all of the {config.epochs} asked for:"
+        if start_epoch >= self.config.epochs:
+            raise ValueError(f"{resume} has trained {start_epoch} epochs, all of the {self.config.epochs} asked for:"
                              " nothing to train (raise --epochs to train longer)")
         best_file = os.path.join(os.path.dirname(resume), "checkpoint_best.pt")
         if os.path.isfile(best_file):  # saved after this checkpoint_last.pt when a kill came between
             best = max(best, load_checkpoint_file(best_file).get("best_acc1", -1.0))
-    if output:
-        os.makedirs(output, exist_ok=True)
+        return start_epoch, best
 
-    def objective(logits, target, soft):
-        if distill:  # the paper's soft distillation: no one-hot label
-            return soft_distillation_loss(logits, soft, config.distill_temperature)
-        return F.cross_entropy(logits.float(), target, label_smoothing=config.label_smoothing)
+    def objective(self, logits, target, soft):
+        if self.distill:  # the paper's soft distillation: no one-hot label
+            return soft_distillation_loss(logits, soft, self.config.distill_temperature)
+        return F.cross_entropy(logits.float(), target, label_smoothing=self.config.label_smoothing)
 
-    stats: dict = {}
-    for epoch in range(start_epoch, config.epochs):
-        model.train()
+    def _loss(self, images, target, index, depth_sums: dict):
+        """The step's loss (mixed depth included), adding each depth's loss to ``depth_sums``."""
+        device, (enabled, dtype, _) = self.device, self.amp
+        soft = None
+        with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+            logits = self.net(images)
+            if self.teacher is not None:
+                with torch.no_grad():
+                    soft = self.teacher(images)
+            elif self.teacher_logits is not None:
+                soft = self.teacher_logits[index].to(device)
+        loss = self.objective(logits, target, soft)
+        if self.depth_terms:  # mixed depth: the same weights and head, fewer applications
+            def shallow_loss():
+                with torch.autocast(device.type, dtype=dtype, enabled=enabled):
+                    return self.objective(self.net(images), target, soft)
+
+            loss, depth_losses = mixed_depth_loss(self.model, self.depth_terms, loss, shallow_loss)
+            for label, value in depth_losses.items():
+                depth_sums[label] = depth_sums.get(label, 0.0) + value.item() * target.numel()
+        return loss
+
+    def train_epoch(self, epoch: int) -> dict:
+        config, optimizer, scaler = self.config, self.optimizer, self.scaler
+        self.model.train()
         started, loss_sum, seen, depth_sums = time.time(), 0.0, 0, {}
-        for step, (images, target, index) in enumerate(train_loader):
-            if step >= steps_per_epoch:
+        for step, (images, target, index) in enumerate(self.train_loader):
+            if step >= self.steps_per_epoch:
                 break
-            global_step = epoch * steps_per_epoch + step
-            lr = cosine_lr(global_step, total_steps, config.lr, warmup_steps, config.min_lr, config.warmup_lr)
+            global_step = epoch * self.steps_per_epoch + step
+            lr = cosine_lr(global_step, self.total_steps, config.lr, self.warmup_steps, config.min_lr, config.warmup_lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
-            soft = None
-            with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                logits = net(images)
-                if teacher is not None:
-                    with torch.no_grad():
-                        soft = teacher(images)
-                elif teacher_logits is not None:
-                    soft = teacher_logits[index].to(device)
-            loss = objective(logits, target, soft)
-            if depth_terms:  # mixed depth: the same weights and head, fewer applications
-                def shallow_loss():
-                    with torch.autocast(device.type, dtype=dtype, enabled=enabled):
-                        return objective(net(images), target, soft)
-
-                loss, depth_losses = mixed_depth_loss(model, depth_terms, loss, shallow_loss)
-                for label, value in depth_losses.items():
-                    depth_sums[label] = depth_sums.get(label, 0.0) + value.item() * target.numel()
+            images = images.to(self.device, non_blocking=True)
+            target = target.to(self.device, non_blocking=True)
+            loss = self._loss(images, target, index, depth_sums)
             if not math.isfinite(loss.item()):
                 raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch} step {step}")
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             if config.clip_grad:
                 scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_grad)
             scaler.step(optimizer)
             scaler.update()
             loss_sum += loss.item() * target.numel()
             seen += target.numel()
             if config.log_interval and step % config.log_interval == 0:
-                print(f"epoch {epoch} step {step}/{steps_per_epoch} loss {loss.item():.4f} lr {lr:.3e}", flush=True)
+                print(f"epoch {epoch} step {step}/{self.steps_per_epoch} loss {loss.item():.4f} lr {lr:.3e}", flush=True)
         stats = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "lr": lr, "time": time.time() - started}
         stats.update({f"train_loss_depth{d}": v / max(seen, 1) for d, v in depth_sums.items()})
-        if val_loader is not None:
-            stats.update({f"val_{k}": v for k, v in evaluate(net, val_loader, device, amp).items()})
-            for term in depth_terms:
-                with model.at_depth(term.depths[0]):
-                    shallow = evaluate(net, val_loader, device, amp)
-                stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
-        print(json_text.dumps(stats), flush=True)
-        if output:
-            # best before last and the log after both: a run killed at any moment resumes from
-            # a whole checkpoint_last.pt whose best_acc1 is that of checkpoint_best.pt, and
-            # logs each epoch once
-            acc = stats.get("val_acc1", -1.0)
-            extra = dict(checkpoint_extra or {})
-            if acc >= best:
-                save_checkpoint(model, os.path.join(output, "checkpoint_best.pt"),
-                                {**extra, "epoch": epoch, "best_acc1": acc})
-            best = max(best, acc)
-            save_checkpoint(model, os.path.join(output, "checkpoint_last.pt"), {
-                "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "epoch": epoch,
-                "best_acc1": best, **extra, "args": dict(options or {}),
-            })
-            with open(os.path.join(output, "log.jsonl"), "a") as f:
-                f.write(json_text.dumps(stats) + "\n")
-    return stats
+        return stats
+
+    def validate(self, val_loader) -> dict:
+        stats = {f"val_{k}": v for k, v in evaluate(self.net, val_loader, self.device, self.amp).items()}
+        for term in self.depth_terms:
+            with self.model.at_depth(term.depths[0]):
+                shallow = evaluate(self.net, val_loader, self.device, self.amp)
+            stats.update({f"val_{k}_depth{term.label}": shallow[k] for k in ("loss", "acc1", "acc5")})
+        return stats
+
+    def save(self, output: str, epoch: int, stats: dict, best: float, checkpoint_extra, options) -> float:
+        """The epoch's checkpoints and log line; returns the best accuracy so far. Best before
+        last and the log after both: a run killed at any moment resumes from a whole
+        checkpoint_last.pt whose best_acc1 is that of checkpoint_best.pt, and logs each epoch once."""
+        acc = stats.get("val_acc1", -1.0)
+        extra = dict(checkpoint_extra or {})
+        if acc >= best:
+            save_checkpoint(self.model, os.path.join(output, "checkpoint_best.pt"),
+                            {**extra, "epoch": epoch, "best_acc1": acc})
+        best = max(best, acc)
+        save_checkpoint(self.model, os.path.join(output, "checkpoint_last.pt"), {
+            "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "epoch": epoch,
+            "best_acc1": best, **extra, "args": dict(options or {}),
+        })
+        with open(os.path.join(output, "log.jsonl"), "a") as f:
+            f.write(json_text.dumps(stats) + "\n")
+        return best
