@@ -7,7 +7,8 @@
 - :class:`Recursive`: a shared layer applied N times with an NLL after each application.
 - :class:`EncoderDecoderSpec` / :class:`SideSpec` / :class:`SReTLayerSpec`: a translation
   model's layers as typed values, built into :class:`Recursive` layers (what each NMT adapter
-  reads its framework's configuration into).
+  reads its framework's configuration into, and what the vision models build their blocks
+  with); :class:`RecursionSpec`: how any shared block is applied (the recursive MLP-Mixer's).
 - :class:`RecursionSchedule`: what each application does (groups, partition, NLL, whether
   it runs), parsed and validated from user values in one place.
 - :func:`set_depth` / :func:`at_depth` / :class:`DepthControl` (:mod:`.depth`): run every
@@ -34,7 +35,7 @@ from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
 from .fold import fold_lrc
 from .fused import lrc_add, lrc_add_norm
-from .layer_spec import EncoderDecoderSpec, SideSpec, SReTLayerSpec
+from .layer_spec import EncoderDecoderSpec, RecursionSpec, SideSpec, SReTLayerSpec
 from .mixed_depth import (
     DepthTerm, DepthWarmup, check_mixed_depth, mixed_depth_loss, parse_depth_warmup, parse_mixed_depth,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "NonLinearProjection",
     "PARTITION_MODES",
     "RecursionSchedule",
+    "RecursionSpec",
     "RecursionStep",
     "Recursive",
     "SReTBlock",

@@ -21,6 +21,36 @@ from .schedule import RecursionSchedule
 
 
 @dataclass(frozen=True)
+class RecursionSpec:
+    """How a shared block of width ``embed_dim`` is applied: ``len(schedule)`` times, a
+    non-shared NLL of hidden ratio ``nll_ratio`` after every application (paper Eq. 6; 0: none)
+    with LRC on its residual (``lrc``), ``checkpoint``: each application recomputed in the
+    backward pass. What every recursive layer is built with (:class:`SReTLayerSpec` for
+    SReT's blocks, the recursive MLP-Mixer for its own)."""
+
+    embed_dim: int
+    schedule: RecursionSchedule
+    nll_ratio: float = 1.0
+    lrc: bool = True
+    activation: str = "gelu"
+    dropout: float = 0.0
+    activation_dropout: float = 0.0
+    norm_eps: float = 1e-5
+    checkpoint: bool = False
+
+    def apply(self, block: nn.Module) -> Recursive:
+        """``block`` (freshly built) applied by the schedule, with freshly initialised NLLs."""
+        make_nll = None
+        if self.nll_ratio > 0:
+            def make_nll(_index: int) -> NonLinearProjection:
+                return NonLinearProjection(
+                    self.embed_dim, self.nll_ratio, lrc=self.lrc, activation=self.activation,
+                    dropout=self.dropout, activation_dropout=self.activation_dropout, norm_eps=self.norm_eps,
+                )
+        return Recursive(block, self.schedule, make_nll, checkpoint=self.checkpoint)
+
+
+@dataclass(frozen=True)
 class SReTLayerSpec:
     """One side's unique layer: a shared :class:`SReTBlock` (self-attention [+
     cross-attention] + FFN, LRC on every residual, paper Eq. 1, 7-8) applied
@@ -67,14 +97,16 @@ class SReTLayerSpec:
             drop_path=self.drop_path,
             norm_eps=self.norm_eps,
         )
-        make_nll = None
-        if self.nll_ratio > 0:
-            def make_nll(_index: int) -> NonLinearProjection:
-                return NonLinearProjection(
-                    self.embed_dim, self.nll_ratio, lrc=self.lrc, activation=self.activation,
-                    dropout=self.dropout, activation_dropout=self.activation_dropout, norm_eps=self.norm_eps,
-                )
-        return Recursive(block, self.schedule, make_nll, checkpoint=self.checkpoint)
+        return self.recursion.apply(block)
+
+    @property
+    def recursion(self) -> RecursionSpec:
+        """How the block is applied (its NLLs use the block's activation and dropouts)."""
+        return RecursionSpec(
+            embed_dim=self.embed_dim, schedule=self.schedule, nll_ratio=self.nll_ratio, lrc=self.lrc,
+            activation=self.activation, dropout=self.dropout, activation_dropout=self.activation_dropout,
+            norm_eps=self.norm_eps, checkpoint=self.checkpoint,
+        )
 
 
 @dataclass(frozen=True)

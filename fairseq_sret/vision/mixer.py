@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch import Tensor, nn
 
-from ..core import DropPath, FeedForward, LearnableResidual, NonLinearProjection, Recursive
+from ..core import DropPath, FeedForward, LearnableResidual, RecursionSchedule, RecursionSpec
 from ..core.depth import DepthControl
 from ..core.fold import FoldsLRC
 from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
@@ -116,22 +116,18 @@ class RecursiveMixer(ClassifierConventions, DepthControl, nn.Module):
         self.feature_info = [
             dict(num_chs=cfg.embed_dim, reduction=cfg.patch_size, module=f"blocks.{i}") for i in range(cfg.depth)
         ]
-        make_nll = None
-        if cfg.nll_ratio is not None:
-            def make_nll(_recursion):
-                return NonLinearProjection(cfg.embed_dim, cfg.nll_ratio, lrc=cfg.lrc, norm_eps=cfg.norm_eps)
+        if cfg.nll_ratio is not None and cfg.nll_ratio <= 0:
+            raise ValueError(f"NLL hidden_ratio must be > 0, got {cfg.nll_ratio} (None: no NLL)")
+        recursion = RecursionSpec(embed_dim=cfg.embed_dim, schedule=RecursionSchedule.parse(cfg.recursions),
+                                  nll_ratio=cfg.nll_ratio or 0.0, lrc=cfg.lrc, norm_eps=cfg.norm_eps)
         with build_on(device):
             self.stem = nn.Conv2d(cfg.in_chans, cfg.embed_dim, cfg.patch_size, stride=cfg.patch_size)
             self.blocks = nn.ModuleList(
-                Recursive(
-                    MixerLayer(
-                        cfg.embed_dim, seq_len, cfg.token_mlp_dim, cfg.channel_mlp_dim, lrc=cfg.lrc,
-                        norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate,
-                        drop_path=cfg.drop_path_rate * i / max(cfg.depth - 1, 1),
-                    ),
-                    cfg.recursions,
-                    make_nll=make_nll,
-                )
+                recursion.apply(MixerLayer(
+                    cfg.embed_dim, seq_len, cfg.token_mlp_dim, cfg.channel_mlp_dim, lrc=cfg.lrc,
+                    norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate,
+                    drop_path=cfg.drop_path_rate * i / max(cfg.depth - 1, 1),
+                ))
                 for i in range(cfg.depth)
             )
             self.norm = nn.LayerNorm(cfg.embed_dim, eps=cfg.norm_eps)
