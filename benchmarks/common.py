@@ -100,9 +100,9 @@ def set_threads(threads: Optional[int]) -> None:
 
 def cpu_model() -> str:
     """The processor's model name, as the experiment runner records it."""
-    from fairseq_sret_cli.experiment_runner import cpu_model as runner_cpu_model
+    from fairseq_sret_cli.hardware import cpu_model as lab_cpu_model
 
-    return runner_cpu_model()
+    return lab_cpu_model()
 
 
 def hardware_line(device: torch.device) -> str:

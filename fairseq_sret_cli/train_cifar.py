@@ -48,7 +48,7 @@ from fairseq_sret.vision import create_model
 from fairseq_sret.vision.registry import get_pretrained_cfg
 from fairseq_sret.vision.complexity import count_macs, count_params
 from . import HelpFormatter, UsageError, UserError, at_least, in_range, log as _log, user_errors
-from .experiment_runner.cpu_time import cpu_model
+from .hardware import cpu_model
 from .image_tensors import ImageTensors, load_split
 from .outputs import OutputInTheWay, Outputs, exclusive
 from fairseq_sret import json_text

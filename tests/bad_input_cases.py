@@ -653,23 +653,11 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
-def cpu_model() -> str:
-    """The processor's model name as ``lscpu`` says it (``/proc/cpuinfo`` without it)."""
-    import platform
-
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        info = Path("/proc/cpuinfo")
-        lines = info.read_text().splitlines() if info.is_file() else []
-        return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                    platform.machine())
-
-
 def main() -> int:
     import platform
     import tempfile
+
+    from fairseq_sret_cli.hardware import cpu_model
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@ evaluated, resumable, reported as JSON, markdown and plots (``sret-experiments``
 from .experiment_file import Experiment, ExperimentError, Row, Run, load_experiment, parse_experiment
 from .report import aggregate, write_results
 from .commands import train_command
-from .cpu_time import cpu_model
+from ..hardware import cpu_model
 from .image_runs import collect as collect_image_runs, parse_image_experiment
 from .run_evaluation import model_facts
 from .runner import run_experiment

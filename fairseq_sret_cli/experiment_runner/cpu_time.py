@@ -1,9 +1,9 @@
 """The CPU time a run's training costs: each process's, reaped when it ends, a trace of it
-against the updates logged (the cost of each checkpoint), and the machine it ran on."""
+against the updates logged (the cost of each checkpoint), and the machine it ran on
+(:mod:`fairseq_sret_cli.hardware`)."""
 
 import json
 import os
-import platform
 import resource
 import subprocess
 from pathlib import Path
@@ -47,26 +47,6 @@ def add_cpu_seconds(record: dict, seconds: float) -> None:
     """Add one training process's CPU time to the run's total (a resumed run has several)."""
     record["train_cpu_seconds"] = round(record.get("train_cpu_seconds", 0.0) + seconds, 1)
     record["train_processes"] = record.get("train_processes", 0) + 1
-
-
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), for the hardware line of every figure."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_name(cpu: bool = False) -> str:
-    """The first GPU's name, or ``CPU <model>`` with ``cpu`` or where there is no GPU."""
-    import torch
-
-    if not cpu and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"CPU {cpu_model()}"
 
 
 def add_training_device(record: dict, device: str) -> None:

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_sret.atomic_files import replacing
 
 from .. import pyplot
-from .cpu_time import device_name
+from ..hardware import device_name
 from .experiment_file import Experiment, describe
 from .run_evaluation import evaluation_key
 from .run_folder import write_text_atomically

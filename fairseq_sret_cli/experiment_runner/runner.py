@@ -21,7 +21,8 @@ from typing import IO, Callable, Dict, List, Optional
 
 from .. import log as lab_log, sigterm_as_interrupt
 from .commands import convert_teacher, portable, train_command
-from .cpu_time import CpuTrace, add_cpu_seconds, add_training_device, device_name, is_running, reap
+from ..hardware import device_name
+from .cpu_time import CpuTrace, add_cpu_seconds, add_training_device, is_running, reap
 from .experiment_file import Experiment, ExperimentError, Run
 from .run_evaluation import _checkpoint_for, evaluate_curve, evaluate_run, model_facts
 from .run_folder import RunPaths, read_record, run_paths, trained_anything, uptrained_checkpoint, write_record

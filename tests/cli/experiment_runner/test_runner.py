@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_sret_cli.experiment_runner import ExperimentError, parse_experiment, parse_training_log, training_summary
-from fairseq_sret_cli.experiment_runner.cpu_time import cpu_model
+from fairseq_sret_cli.hardware import cpu_model
 from fairseq_sret_cli.toy import write_reversal_corpus
 
 REPO = Path(__file__).resolve().parents[3]
