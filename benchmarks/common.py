@@ -45,16 +45,49 @@ def benchmark_parser(description: str, *, prog: Optional[str] = None, smoke: Uni
         shared.add_argument("--smoke", action="store_true",
                             help=smoke if isinstance(smoke, str) else "tiny sizes, seconds (harness check)")
     if device:
-        shared.add_argument("--device", default="auto",
+        shared.add_argument("--device", default="auto", type=device_option,
                             help="auto (CUDA when available), cpu, cuda or cuda:N (default: %(default)s)")
     if threads:
-        shared.add_argument("--threads", type=int, default=None, metavar="N",
+        shared.add_argument("--threads", type=positive_int, default=None, metavar="N",
                             help="torch.set_num_threads(N) (default: %(default)s; None: torch's own)")
     if json:
-        shared.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+        shared.add_argument("--json", metavar="PATH", type=json_path,
+                            help="also write the results as JSON to PATH (its folder must exist)")
     p.shared_options = tuple(option for option, on in (("--smoke", smoke), ("--device", device),
                                                        ("--threads", threads), ("--json", json)) if on)
     return p
+
+
+def positive_int(text: str) -> int:
+    """``--threads``: an integer >= 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def device_option(text: str) -> str:
+    """``--device``: ``auto`` or a device torch knows (``cpu``, ``cuda``, ``cuda:1``, ...)."""
+    if text != "auto":
+        try:
+            torch.device(text)
+        except RuntimeError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a device: give auto, cpu, cuda or cuda:N") from None
+    return text
+
+
+def json_path(text: str) -> str:
+    """``--json``: a file in a folder that exists, checked before the benchmark runs (not
+    after it, when its results would be lost)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give the path of a file")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{folder}: no such folder")
+    return text
 
 
 def start_benchmark(args: argparse.Namespace, device: Optional[torch.device] = None) -> torch.device:

@@ -146,3 +146,22 @@ def test_a_benchmark_runs_by_name_as_its_module_does(tmp_path):
     assert all(f"| {' | '.join(row)} |" in proc.stdout for row in table["rows"])
     failed = benchmarks_command("bench_theorem1", "--no-such-option")
     assert failed.returncode == 2 and "bench_theorem1.py: error: unrecognized arguments" in failed.stderr
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
+    (["--threads", "-1"], "argument --threads: must be at least 1, got -1"),
+    (["--threads", "two"], "argument --threads: not an integer: 'two'"),
+    (["--device", "gpu"], "argument --device: 'gpu' is not a device"),
+    (["--json", "{missing}/report.json"], "argument --json: {missing}: no such folder"),
+    (["--json", "{folder}"], "argument --json: {folder} is a folder"),
+])
+def test_shared_options_refuse_bad_values_before_anything_runs(args, error, tmp_path, capsys):
+    """A value the benchmark cannot use is one argparse error at the start, not a traceback,
+    nor (for --json) an error after the whole measurement, when its results would be lost."""
+    names = {"missing": str(tmp_path / "missing"), "folder": str(tmp_path)}
+    parser = benchmark_parser("test")
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([arg.format(**names) for arg in args])
+    assert exit_info.value.code == 2
+    assert error.format(**names) in capsys.readouterr().err
