@@ -256,12 +256,15 @@ def data_bin_fingerprints(data: str, state: dict) -> Dict[str, str]:
             for name in ("source_lang", "target_lang")]
     if None in pair and folder.is_dir():
         pair = list(data_utils.infer_language_pair(str(folder)))
+    if None in pair:
+        raise ValueError(f"{folder}: the checkpoint's options name no language pair and the folder has no"
+                         " binarized split (SPLIT.SRC-TGT.LANG.idx) to read it from")
     fingerprints = {}
     for side, lang, embeddings in zip(("source", "target"), pair, ("encoder", "decoder")):
         path = folder / f"dict.{lang}.txt"
-        if lang is None or not path.is_file():
-            raise ValueError(f"{folder}: no {side} dictionary (dict.{lang or '<lang>'}.txt) of the checkpoint's"
-                             " language pair")
+        if not path.is_file():
+            raise ValueError(f"{folder}: no {side} dictionary {path.name} (the checkpoint's pair is"
+                             f" {pair[0]}-{pair[1]})")
         dictionary = Dictionary.load(str(path))
         rows = state["model"][f"{embeddings}.embed_tokens.weight"].size(0)
         if len(dictionary) != rows:
