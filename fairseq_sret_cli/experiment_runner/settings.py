@@ -92,8 +92,11 @@ def data_fingerprint(data: str) -> str:
     """What a data-bin holds, in short: its dictionaries' text and the names and sizes of its
     binary files (fairseq's first folder of a colon-separated list). A data-bin rebuilt from other
     text differs in both; reading every binary file would take minutes on a large corpus."""
+    folder = Path(str(data).split(":")[0])
+    if not folder.is_dir():
+        raise ExperimentError(f"--data: {folder}: no such data-bin folder")
     digest = hashlib.sha256()
-    for path in sorted(Path(str(data).split(":")[0]).iterdir()):
+    for path in sorted(folder.iterdir()):
         if path.name.startswith("dict.") and path.suffix == ".txt":
             digest.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
         elif path.suffix in (".bin", ".idx"):

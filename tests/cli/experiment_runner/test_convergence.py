@@ -99,6 +99,7 @@ def converging(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "evaluate_run", evaluate_run)
     monkeypatch.setattr(runner, "model_facts", lambda checkpoint: {"params": 1})
     monkeypatch.setattr(runner, "CONVERGENCE_CHECK_SECONDS", 0.0)
+    (tmp_path / "data").mkdir()  # the data-bin: its contents are fingerprinted, never read here
     return calls
 
 
@@ -108,7 +109,7 @@ EXPERIMENT = {"name": "x", "train": {"max_epoch": 60, "patience": 3}, "eval": {"
 
 def test_a_training_whose_log_meets_patience_is_stopped_and_counted_to_it(converging, tmp_path):
     experiment = parse_experiment(EXPERIMENT)
-    records = runner.run_experiment(experiment, "data", tmp_path / "runs", progress_interval=0)
+    records = runner.run_experiment(experiment, str(tmp_path / "data"), tmp_path / "runs", progress_interval=0)
     assert converging["evaluated"] == ["checkpoint7.pt"]
     assert records[0]["status"] == "done"
     assert (records[0]["train"]["stopped_at_epoch"], records[0]["train"]["epochs_trained"]) == (10, 12)
@@ -119,7 +120,7 @@ def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging,
     run = experiment.runs()[0]
     paths = run_paths(tmp_path / "runs", run)
     paths.checkpoints.mkdir(parents=True)
-    settings = run_settings(experiment, run, "data", tmp_path / "runs", False, None, None, None)
+    settings = run_settings(experiment, run, str(tmp_path / "data"), tmp_path / "runs", False, None, None, None)
     write_record(paths, {"status": "training", "train_settings": settings})
     before = log_text(VALID, restart_after=5)
     paths.train_log.write_text(before)
@@ -127,7 +128,7 @@ def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging,
                {"pid": 2, "from_update": 50, "update": 100, "process_cpu_seconds": 45.0},
                {"pid": 2, "from_update": 50, "update": 120, "process_cpu_seconds": 65.0}]
     paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
-    records = runner.run_experiment(experiment, "data", tmp_path / "runs", progress_interval=0)
+    records = runner.run_experiment(experiment, str(tmp_path / "data"), tmp_path / "runs", progress_interval=0)
     assert paths.train_log.read_text() == before and converging["evaluated"] == ["checkpoint7.pt"]
     train = records[0]["train"]
     assert (train["stopped_at_epoch"], train["updates"], train["starts"]) == (10, 100, 2)

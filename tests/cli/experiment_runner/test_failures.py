@@ -31,6 +31,7 @@ def quick_runner(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "train_command", train_command)
     monkeypatch.setattr(runner, "evaluate_run", evaluate_run)
     monkeypatch.setattr(runner, "model_facts", lambda checkpoint: {"params": 1})
+    (tmp_path / "data").mkdir()  # the data-bin: its contents are fingerprinted, never read here
     return tmp_path
 
 
@@ -38,7 +39,7 @@ def test_one_failed_evaluation_stops_no_other_run(quick_runner):
     experiment = parse_experiment({"name": "x", "train": {"max_update": 5}, "eval": {"checkpoints": ["best", "last2"]},
                                    "rows": [{"id": "a", "arch": "t"}, {"id": "b", "arch": "t"}]})
     with pytest.raises(RuntimeError, match="1 runs failed: a/seed1"):
-        runner.run_experiment(experiment, "data", quick_runner / "runs", progress_interval=0)
+        runner.run_experiment(experiment, str(quick_runner / "data"), quick_runner / "runs", progress_interval=0)
     records = {r["row"]: r for r in collect_records(experiment, quick_runner / "runs")}
     assert records["a"]["status"] == "failed" and "fairseq-generate failed" in records["a"]["error"]
     assert records["b"]["status"] == "done" and "no epoch checkpoints" in records["b"]["eval_skipped"]["last2"]

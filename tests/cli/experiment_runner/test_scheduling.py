@@ -20,6 +20,7 @@ EXPERIMENT = {"name": "x", "train": {"max_update": 5}, "eval": {"checkpoints": [
 
 def test_interrupted_runs_resume_before_new_runs_start(monkeypatch, tmp_path):
     order = tmp_path / "order"
+    (tmp_path / "data").mkdir()  # the data-bin: its contents are fingerprinted, never read here
 
     def train_command(experiment, run, data, paths, **_):
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -32,12 +33,12 @@ def test_interrupted_runs_resume_before_new_runs_start(monkeypatch, tmp_path):
     for run in experiment.runs():
         if run.name in ("b/seed1", "a/seed2"):  # trained for a while by an earlier runner
             paths = run_paths(tmp_path / "runs", run)
-            settings = run_settings(experiment, run, "data", tmp_path / "runs", False, None, None, None)
+            settings = run_settings(experiment, run, str(tmp_path / "data"), tmp_path / "runs", False, None, None, None)
             paths.checkpoints.mkdir(parents=True, exist_ok=True)  # train_command made it
             (paths.checkpoints / "checkpoint_last.pt").write_bytes(b"")
             write_record(paths, {"status": "training", "train_settings": settings})
     before = signal.getsignal(signal.SIGTERM)
-    runner.run_experiment(experiment, "data", tmp_path / "runs", progress_interval=0)
+    runner.run_experiment(experiment, str(tmp_path / "data"), tmp_path / "runs", progress_interval=0)
     assert order.read_text().split() == ["a/seed2", "b/seed1", "a/seed1", "b/seed2"]
     assert signal.getsignal(signal.SIGTERM) == before  # the runner's SIGTERM handler is its own while it runs
 
@@ -54,8 +55,9 @@ RUNNER = textwrap.dedent("""
         return [sys.executable, "-c", code]
     runner.train_command = train_command
     experiment = parse_experiment({"name": "x", "train": {"max_update": 5}, "rows": [{"id": "a", "arch": "t"}]})
+    (out / "data").mkdir()
     try:
-        runner.run_experiment(experiment, "data", out / "runs", progress_interval=0)
+        runner.run_experiment(experiment, str(out / "data"), out / "runs", progress_interval=0)
     except KeyboardInterrupt:
         sys.exit(130)
 """)
