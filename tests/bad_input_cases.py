@@ -295,6 +295,12 @@ CASES: List[Case] = [
     Case("uptrain-indivisible", "a layer count the recursions do not divide (4 layers, 3 recursions)",
          uptrain("transformer.pt", "out.pt", "--recursions", "3"), "4 encoder layers do not divide into 3",
          setup=transformer_checkpoint),
+    Case("uptrain-data-bin-missing", "`--data-bin` a folder that does not exist",
+         uptrain("transformer.pt", "out.pt", "--data-bin", "nope"), "--data-bin nope: no such folder",
+         setup=transformer_checkpoint),
+    Case("uptrain-data-bin-other-size", "`--data-bin` whose dictionary has another size than the embeddings",
+         uptrain("transformer.pt", "out.pt", "--data-bin", "bin"), "symbols, but the checkpoint's encoder embeddings",
+         setup=lambda f: (transformer_checkpoint(f), fake_data_bin(f))),
     # sret-experiments
     Case("experiments-missing-file", "an experiment file that does not exist",
          ["sret-experiments", "nope.yaml", "--data", "bin"], "nope.yaml: no such experiment file"),
