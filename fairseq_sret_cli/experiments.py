@@ -69,8 +69,8 @@ def _command_line(argv) -> str:
 def image_experiment(args, argv, raw: dict) -> int:
     """An experiment file of ``kind: vision``: sret-train-cifar runs, reported as a table."""
     from .experiment_runner import ExperimentError
-    from .experiment_runner.image_runs import collect, parse_image_experiment, run_image_experiment, train_command
-    from .experiment_runner.image_runs import run_folder, write_image_results
+    from .experiment_runner.image_runs import RecordedRuns, collect, parse_image_experiment, run_image_experiment
+    from .experiment_runner.image_runs import run_folder, train_command, write_image_results
     from .outputs import exclusive
 
     unsupported = [f"--{name.replace('_', '-')}" for name in ("cpu", "max_update", "max_epoch", "time_limit")
@@ -93,16 +93,20 @@ def image_experiment(args, argv, raw: dict) -> int:
             print(" ".join(shlex.quote(c) for c in command_line))
         return 0
 
+    results_file = Path(args.results) / f"{experiment.name}.json"
+    known, _ = _earlier_results(results_file, args.force)
+    recorded = RecordedRuns(known, data, source=str(results_file))
+
     def report():
-        for path in write_image_results(experiment, collect(experiment, output, data), Path(args.results), command,
-                                        force=args.force).values():
+        records = collect(experiment, output, data, recorded)
+        for path in write_image_results(experiment, records, Path(args.results), command, force=args.force).values():
             print(f"[experiments] wrote {path}", file=sys.stderr)
 
     failed = []
     if not args.report_only:
         with exclusive(output, command):
             failed = run_image_experiment(experiment, data, output, jobs=args.jobs, rows=args.rows, seeds=args.seeds,
-                                          on_run_done=report)
+                                          on_run_done=report, recorded=recorded)
     report()
     if failed:
         print(f"sret-experiments: error: {len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)

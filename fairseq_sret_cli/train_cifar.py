@@ -224,6 +224,33 @@ def describe_difference(old: dict, new: dict) -> str:
     return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k))
 
 
+# ----------------------------------------------------------------------------- the data
+def load_splits(data_dir: str, val_split: int, split_seed: int):
+    """(all of train, train less the held-out images, the held-out images or None, test)."""
+    train_all = load_split(data_dir, "train")
+    test = load_split(data_dir, "test")
+    if test.classes != train_all.classes:
+        raise UserError(f"the test split's classes {test.classes} differ from train's {train_all.classes}")
+    if val_split:
+        train, val = train_all.split_off(val_split, seed=split_seed)
+    else:
+        train, val = train_all, None
+    return train_all, train, val, test
+
+
+def data_facts(train_all: ImageTensors, train: ImageTensors, val, test: ImageTensors) -> dict:
+    """What a result records of its data: the fingerprints tie it to the pixels it was computed on."""
+    return {"source": train_all.source, "classes": train_all.classes,
+            "fingerprints": {"train": train.fingerprint(), "val": val.fingerprint() if val else None,
+                             "test": test.fingerprint()},
+            "train_images": len(train), "val_images": len(val) if val else 0, "test_images": len(test)}
+
+
+def data_fingerprints(data_dir: str, settings: dict) -> dict:
+    """The fingerprints a run of these settings (``result.json``'s) records of ``data_dir``."""
+    return data_facts(*load_splits(data_dir, settings["val_split"], settings["split_seed"]))["fingerprints"]
+
+
 # ----------------------------------------------------------------------------- the run
 def refuse_other_runs(args, outputs: Outputs) -> None:
     """Refuse, before anything is written, a folder that holds a run (unless ``--resume`` or
@@ -317,22 +344,12 @@ class CifarRun:
     # ------------------------------------------------------------ building
     def _load_data(self) -> None:
         args = self.args
-        self.train_all = load_split(args.data_dir, "train")
-        self.test = load_split(args.data_dir, "test")
-        if self.test.classes != self.train_all.classes:
-            raise UserError(f"the test split's classes {self.test.classes} differ from train's {self.train_all.classes}")
-        if args.val_split:
-            self.train_split, self.val = self.train_all.split_off(args.val_split, seed=args.split_seed)
-        else:
-            self.train_split, self.val = self.train_all, None
-        train, val, test = self.train_split, self.val, self.test
-        if len(train) < args.batch_size:
-            raise UserError(f"--batch-size {args.batch_size} is more than the {len(train)} training images")
-        fingerprints = {"train": train.fingerprint(), "val": val.fingerprint() if val else None,
-                        "test": test.fingerprint()}
-        self.data_facts = {"source": self.train_all.source, "classes": self.train_all.classes,
-                           "fingerprints": fingerprints, "train_images": len(train),
-                           "val_images": len(val) if val else 0, "test_images": len(test)}
+        self.train_all, self.train_split, self.val, self.test = load_splits(args.data_dir, args.val_split,
+                                                                            args.split_seed)
+        if len(self.train_split) < args.batch_size:
+            raise UserError(f"--batch-size {args.batch_size} is more than the {len(self.train_split)} training images")
+        self.data_facts = data_facts(self.train_all, self.train_split, self.val, self.test)
+        fingerprints = self.data_facts["fingerprints"]
         if self.resume is not None and self.resume["data"]["fingerprints"] != fingerprints:
             raise UsageError(f"--resume: {args.output} was trained on other data ({self.resume['data']['source']},"
                              f" {self.resume['data']['fingerprints']}); this --data-dir gives {fingerprints}")

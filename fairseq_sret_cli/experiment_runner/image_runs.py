@@ -19,7 +19,9 @@ A run's folder is ``OUTPUT/<row>/seed<N>``: a run whose ``result.json`` has the 
 file asks for is done (a result of other settings counts as missing, and its run is given to
 the training command, which refuses it); one with a ``checkpoint_last.pt`` is continued
 (``--resume``); the training command itself refuses a folder trained with other settings or
-other data.
+other data. A run the results file (``RESULTS/NAME.json``, of an earlier machine) records as
+done counts as done too, when it has the same settings and its data fingerprints are those of
+``--data``: a clone with the committed results trains only what is missing.
 """
 
 import json
@@ -143,14 +145,46 @@ def _log(message: str) -> None:
     print(f"[experiments] {message}", file=sys.stderr, flush=True)
 
 
+class RecordedRuns:
+    """The finished runs a results file records (``known``: run name -> record), each taken as
+    done only with the settings the experiment file now gives it and on the same data (its
+    recorded fingerprints against those of ``data``, computed once per split setting)."""
+
+    def __init__(self, known: Optional[Dict[str, dict]], data: str, source: str = "the results file"):
+        self.known, self.data, self.source = known or {}, data, source
+        self._fingerprints: Dict[tuple, dict] = {}
+
+    def done(self, row: ImageRow, seed: int, command: Sequence[str]) -> Optional[dict]:
+        """The recorded run's record (``result`` and ``history``), or None."""
+        from ..train_cifar import data_fingerprints, settings_for
+
+        record = self.known.get(f"{row.id}/seed{seed}")
+        result = (record or {}).get("result")
+        if not isinstance(result, dict) or result.get("settings") != settings_for(command[3:]):
+            return None
+        settings = result["settings"]
+        split = (settings["val_split"], settings["split_seed"])
+        if split not in self._fingerprints:
+            self._fingerprints[split] = data_fingerprints(self.data, settings)
+        if result.get("data", {}).get("fingerprints") != self._fingerprints[split]:
+            _log(f"{row.id}/seed{seed}: {self.source} records it on other data than {self.data}; it is trained again")
+            return None
+        return record
+
+
 def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, jobs: int = 1,
-                         rows=None, seeds=None, on_run_done=None) -> List[str]:
-    """Train every run not yet done, ``jobs`` at a time; returns the runs that failed."""
+                         rows=None, seeds=None, on_run_done=None, recorded: Optional[RecordedRuns] = None) -> List[str]:
+    """Train every run not yet done (in its folder, or among the ``recorded`` runs), ``jobs`` at
+    a time; returns the runs that failed."""
     pending = []
     for row, seed in experiment.runs(rows, seeds):
         folder = run_folder(output, row, seed)
-        if read_result(folder, train_command(experiment, row, seed, data, folder)) is not None:
+        command = train_command(experiment, row, seed, data, folder)
+        if read_result(folder, command) is not None:
             _log(f"{row.id}/seed{seed}: done already ({folder / 'result.json'})")
+            continue
+        if recorded is not None and recorded.done(row, seed, command) is not None:
+            _log(f"{row.id}/seed{seed}: done already (recorded in {recorded.source})")
             continue
         pending.append((row, seed, folder))
     running: Dict[str, tuple] = {}
@@ -190,13 +224,15 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
 
 
 # ----------------------------------------------------------------------------- results
-def collect(experiment: ImageExperiment, output: Path, data: str) -> List[dict]:
+def collect(experiment: ImageExperiment, output: Path, data: str,
+            recorded: Optional[RecordedRuns] = None) -> List[dict]:
     """Every run's record: its result and per-epoch history when it finished with the file's
-    settings, else ``status: missing``."""
+    settings (in its folder, else among the ``recorded`` runs), else ``status: missing``."""
     records = []
     for row, seed in experiment.runs():
         folder = run_folder(output, row, seed)
-        result = read_result(folder, train_command(experiment, row, seed, data, folder))
+        command = train_command(experiment, row, seed, data, folder)
+        result = read_result(folder, command)
         history = []
         if result is not None:
             try:
@@ -204,6 +240,10 @@ def collect(experiment: ImageExperiment, output: Path, data: str) -> List[dict]:
                 history = [json.loads(line) for line in log.splitlines()]
             except (OSError, ValueError):
                 pass
+        elif recorded is not None:
+            record = recorded.done(row, seed, command)
+            if record is not None:
+                result, history = record["result"], list(record.get("history") or [])
         records.append({"row": row.id, "seed": seed, "status": "done" if result else "missing",
                         "result": result, "history": history})
     return records

@@ -96,3 +96,31 @@ def test_a_result_of_other_settings_is_not_done(images, tmp_path):
     assert experiments.main([str(path), *common]) == 1  # the training command refuses the old run
     assert "other settings (epochs: 1 -> 2)" in (tmp_path / "runs" / "sret" / "seed1" / "train.log").read_text()
     assert "missing (seeds 1)" in (tmp_path / "res" / "tiny_ladder.md").read_text()
+
+
+def test_runs_the_results_file_records_are_done_on_the_same_data_only(images, tmp_path, capsys):
+    rows = [{"id": "baseline", "title": "baseline", "model": "sret_cifar_baseline"},
+            {"id": "sret", "title": "SReT", "model": "sret_cifar"}]
+    path = experiment_file(tmp_path, rows)
+    common = [str(path), "--data", str(images), "--results", str(tmp_path / "res")]
+    assert experiments.main([*common, "--output", str(tmp_path / "runs"), "--rows", "baseline"]) == 0
+    baseline = json.loads((tmp_path / "res" / "tiny_ladder.json").read_text())["runs"][0]
+    # another machine: the committed results, no run folders; --report-only keeps the finished row
+    (tmp_path / "res" / ".sret-outputs.json").unlink()
+    clone = ["--output", str(tmp_path / "clone-runs")]
+    assert experiments.main([*common, *clone, "--report-only"]) == 0
+    report = json.loads((tmp_path / "res" / "tiny_ladder.json").read_text())
+    assert [(r["row"], r["status"]) for r in report["runs"]] == [("baseline", "done"), ("sret", "missing")]
+    assert report["runs"][0]["result"] == baseline["result"] and report["runs"][0]["history"] == baseline["history"]
+    # training trains only what is missing
+    capsys.readouterr()
+    assert experiments.main([*common, *clone]) == 0
+    assert "baseline/seed1: done already (recorded in" in capsys.readouterr().err
+    assert not (tmp_path / "clone-runs" / "baseline").exists()
+    assert (tmp_path / "clone-runs" / "sret" / "seed1" / "result.json").is_file()
+    # the same images with one relabelled: the recorded runs are of other data and train again
+    (images / "train" / "a" / "0.png").rename(images / "train" / "b" / "moved.png")
+    capsys.readouterr()
+    assert experiments.main([*common, "--output", str(tmp_path / "other-data"), "--rows", "baseline"]) == 0
+    assert "records it on other data" in capsys.readouterr().err
+    assert (tmp_path / "other-data" / "baseline" / "seed1" / "result.json").is_file()
