@@ -663,6 +663,8 @@ def main() -> int:
     import platform
     import tempfile
 
+    import failure_classes
+
     from fairseq_sret_cli.hardware import cpu_model
 
     rows = []
@@ -684,6 +686,10 @@ def main() -> int:
 
     print(HEADER.format(machine=f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()},"
                                 f" torch {torch.__version__}"))
+    print(failure_classes.section())
+    print()
+    print("## The cases")
+    print()
     print(table(rows))
     print(INTERRUPTION)
     return 0

@@ -156,6 +156,7 @@ def test_a_benchmark_runs_by_name_as_its_module_does(tmp_path):
     (["--json", "{missing}/report.json"], "argument --json: {missing}: no such folder"),
     (["--json", "{folder}"], "argument --json: {folder} is a folder"),
 ])
+@pytest.mark.reliability("one-line-errors")
 def test_shared_options_refuse_bad_values_before_anything_runs(args, error, tmp_path, capsys):
     """A value the benchmark cannot use is one argparse error at the start, not a traceback,
     nor (for --json) an error after the whole measurement, when its results would be lost."""

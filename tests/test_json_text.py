@@ -18,6 +18,7 @@ def strict_loads(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_values_that_are_not_finite_become_null_at_any_depth():
     value = {"loss": math.nan, "ratio": math.inf, "curve": [1.5, -math.inf, (2.0, math.nan)], "ok": 3, "name": "x",
              "nested": {"bleu": float("nan"), "flag": True, "none": None}}
@@ -29,6 +30,7 @@ def test_values_that_are_not_finite_become_null_at_any_depth():
         json_text.dumps({"path": object()})
 
 
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_every_writer_of_the_project_writes_through_json_text():
     """The class-level check: any ``json.dump``/``json.dumps`` left in the library, the lab or
     the benchmarks could write NaN again."""

@@ -216,6 +216,7 @@ def damaged_copies(checkpoint, folder):
 
 
 @pytest.mark.e2e
+@pytest.mark.reliability("one-line-errors")
 def test_damaged_checkpoints_give_one_clear_error(cli, tmp_path):
     sret = cli["sret"]
     check_checkpoint_file(sret)  # a sound file passes

@@ -30,6 +30,7 @@ def check(case, rc, stderr, changed):
 
 
 @pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
+@pytest.mark.reliability("one-line-errors")
 def test_sret_commands_fail_in_one_line_and_write_nothing(case, tmp_path):
     if case.needs_fairseq and not HAVE_FAIRSEQ:
         pytest.skip(f"{case.command} needs fairseq (pip install -e '.[fairseq]')")
@@ -46,6 +47,7 @@ def model_folder(tmp_path_factory):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("case", WITH_MODEL, ids=[c.id for c in WITH_MODEL])
+@pytest.mark.reliability("one-line-errors")
 def test_fairseq_side_errors_name_the_problem(case, model_folder, tmp_path):
     folder = tmp_path / "case"
     shutil.copytree(model_folder, folder)
@@ -54,6 +56,7 @@ def test_fairseq_side_errors_name_the_problem(case, model_folder, tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.reliability("one-line-errors")
 def test_the_installed_command_prints_one_line(tmp_path):
     case = next(c for c in CASES if c.id == "uptrain-output-is-input")
     case.setup(tmp_path)

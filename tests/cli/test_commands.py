@@ -51,6 +51,7 @@ def test_count_vision_prints_the_official_sret_t_numbers():
     assert "4,755,979" in out and "1.112" in out
 
 
+@pytest.mark.reliability("one-line-errors")
 def test_bad_arguments_fail_with_usage():
     result = subprocess.run([str(BIN / "sret-prepare"), "cifar10"], capture_output=True, text=True)
     assert result.returncode == 2 and "invalid choice: 'cifar10'" in result.stderr

@@ -113,6 +113,7 @@ def best_loss(checkpoint: Path):
 
 
 @pytest.mark.e2e
+@pytest.mark.reliability("interruption")
 def test_fairseq_train_killed_twenty_times_resumes_to_the_same_end(tmp_path):
     data = preprocess(write_corpus(tmp_path / "raw", sizes=(("train", 120), ("valid", 12), ("test", 4))))
     save = tmp_path / "ckpt"
@@ -145,6 +146,7 @@ def test_fairseq_train_killed_twenty_times_resumes_to_the_same_end(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.reliability("interruption")
 def test_sret_experiments_killed_mid_run_and_mid_write_keeps_its_results(tmp_path):
     data = preprocess(write_corpus(tmp_path / "raw", sizes=(("train", 120), ("valid", 12), ("test", 8))))
     experiment = tmp_path / "exp.yaml"
@@ -183,6 +185,7 @@ def test_sret_experiments_killed_mid_run_and_mid_write_keeps_its_results(tmp_pat
 
 
 @pytest.mark.e2e
+@pytest.mark.reliability("interruption")
 def test_sret_train_vision_killed_resumes_to_the_last_epoch(tmp_path):
     from bad_input_cases import images
 
@@ -237,6 +240,7 @@ def running_with(text: str) -> list:
 
 
 @pytest.mark.e2e
+@pytest.mark.reliability("interruption")
 def test_ctrl_c_is_one_line_and_leaves_no_training_behind(tmp_path):
     """Ctrl-C (SIGINT to the command alone, as ``kill -INT`` sends it) while training: one line
     saying how to go on, exit 130, no traceback; sret-experiments stops its fairseq-train and

@@ -34,6 +34,7 @@ def digest(path: Path) -> str:
 
 
 # ---------------------------------------------------------------- the rule itself
+@pytest.mark.reliability("one-run-per-output")
 def test_a_file_the_command_did_not_make_is_refused_and_force_replaces_it(tmp_path):
     target = write(tmp_path, "out.txt", FOREIGN)
     with pytest.raises(OutputInTheWay, match=r"out.txt: exists, not made by cmd; .*--force"):
@@ -43,6 +44,7 @@ def test_a_file_the_command_did_not_make_is_refused_and_force_replaces_it(tmp_pa
     assert target.read_text() == "new"
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_own_files_are_refreshed_with_the_same_settings_and_kept_with_others(tmp_path):
     target = tmp_path / "out.txt"
     Outputs("cmd", settings={"beam": 5}).write_text(target, "first")
@@ -55,6 +57,7 @@ def test_own_files_are_refreshed_with_the_same_settings_and_kept_with_others(tmp
     assert target.read_text() == "again"
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_an_input_is_never_replaced_through_links_not_even_with_force(tmp_path):
     source = write(tmp_path, "in.pt", "weights")
     os.symlink(source, tmp_path / "soft.pt")
@@ -66,6 +69,7 @@ def test_an_input_is_never_replaced_through_links_not_even_with_force(tmp_path):
     assert source.read_text() == "weights"
 
 
+@pytest.mark.reliability("one-line-errors")
 def test_folders_broken_paths_and_unwritable_places_are_named(tmp_path):
     (tmp_path / "folder").mkdir()
     write(tmp_path, "file", "x")
@@ -99,6 +103,7 @@ def test_a_folder_replaced_whole_must_be_the_commands_own(tmp_path):
     assert (theirs / "notes.txt").read_text() == FOREIGN
 
 
+@pytest.mark.reliability("one-line-errors")
 def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
     outputs = Outputs("cmd")
     target = outputs.write_text(tmp_path / "out.txt", "old")
@@ -119,6 +124,7 @@ def test_a_torch_write_that_cannot_open_its_file_names_the_path(tmp_path, monkey
     assert caught.value.filename == str(tmp_path / "model.pt") and caught.value.errno == errno.EACCES
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_one_holder_per_output_folder(tmp_path):
     with exclusive(tmp_path, "first --command"):
         with pytest.raises(Busy, match=r"in use by first --command \(pid \d+"):
@@ -256,6 +262,7 @@ def snapshot(folder: Path) -> dict:
 
 
 @pytest.mark.parametrize("writer", WRITERS + [DUMP], ids=[w.command for w in WRITERS] + ["sret-train-vision-dump"])
+@pytest.mark.reliability("one-run-per-output")
 def test_a_command_never_replaces_what_it_did_not_make(writer, tmp_path):
     if writer.command in TRANSLATION_COMMANDS and not HAVE_FAIRSEQ:
         pytest.skip(f"{writer.command} needs fairseq (pip install -e '.[fairseq]')")
@@ -300,6 +307,7 @@ def test_sret_count_writes_nothing(tmp_path):
     assert rc == 0 and changed == []
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_a_second_vision_run_into_a_trained_folder_needs_resume_or_force(tmp_path):
     images(tmp_path)
     writer = WRITERS[[w.command for w in WRITERS].index("sret-train-vision")]

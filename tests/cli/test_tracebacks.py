@@ -11,6 +11,7 @@ def failing_main():
 
 
 @pytest.mark.parametrize("value", [None, "", "0", "no", "false", "OFF"])
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_an_error_is_one_line_unless_asked(monkeypatch, capsys, value):
     if value is None:
         monkeypatch.delenv("SRET_TRACEBACK", raising=False)
@@ -48,6 +49,7 @@ sys.exit(main(sys.argv[1]))
 """
 
 
+@pytest.mark.reliability("interruption")
 def test_sigterm_ends_a_command_as_ctrl_c_after_its_clean_up(tmp_path):
     """``kill`` (SIGTERM) once left the staging folders of sret-prepare and sret-evaluate
     behind: a command now cleans up, prints its one interrupted line and exits 143."""

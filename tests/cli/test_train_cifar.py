@@ -49,6 +49,7 @@ def args(data, out=None, **extra):
     return argv
 
 
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_an_image_folder_is_decoded_once_and_a_validation_split_held_out(image_folder):
     data = load_split(str(image_folder), "train")
     assert data.classes == list(CLASSES) and data.images.shape == (24, 32, 32, 3) and data.images.dtype == torch.uint8
@@ -127,6 +128,7 @@ def test_a_run_with_tuple_model_kwargs_resumes(image_folder, tmp_path, monkeypat
     assert result["model_kwargs"]["groups"] == ((4, 2), (2, 1), (1, 1))
 
 
+@pytest.mark.reliability("tied-to-inputs")
 def test_resuming_on_other_data_is_refused(image_folder, tmp_path):
     out = tmp_path / "run"
     train_cifar.run(args(image_folder, out, epochs=3, max_steps_per_epoch=1))

@@ -244,6 +244,7 @@ def test_train_with_compile(image_folder, tmp_path):
     assert not any(k.startswith("_orig_mod") for k in state)
 
 
+@pytest.mark.reliability("metadata-survives")
 def test_checkpoints_keep_their_class_names_and_loaders_check_them(image_folder, tmp_path):
     script = load_script()
     out = tmp_path / "run"
@@ -258,6 +259,7 @@ def test_checkpoints_keep_their_class_names_and_loaders_check_them(image_folder,
         script.run(common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt"))
 
 
+@pytest.mark.reliability("metadata-survives")
 def test_finetuning_from_another_kind_of_model_is_refused(image_folder, tmp_path):
     other = tmp_path / "translation.pt"
     torch.save({"model": {"encoder.layers.0.fc1.weight": torch.zeros(2, 2)}}, other)
@@ -265,6 +267,7 @@ def test_finetuning_from_another_kind_of_model_is_refused(image_folder, tmp_path
         load_script().run(common(image_folder, epochs=1, no_save=True, finetune=other))
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_dump_logits_does_not_replace_a_trained_model(image_folder, tmp_path):
     from fairseq_sret_cli.outputs import OutputInTheWay
 
@@ -284,6 +287,7 @@ def test_dump_logits_does_not_replace_a_trained_model(image_folder, tmp_path):
         script.run(common(image_folder, checkpoint=first / "checkpoint_last.pt", dump_logits=logits))
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_one_training_at_a_time_per_output_and_force_replaces_only_once_the_new_run_starts(image_folder, tmp_path):
     from fairseq_sret_cli.outputs import Busy, exclusive
 

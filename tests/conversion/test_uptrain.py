@@ -227,6 +227,7 @@ def test_uptrain_then_generate_and_finetune(tmp_path):
         assert refused.returncode != 0 and "dictionary" in refused.stderr.splitlines()[-1], refused.stderr[-2000:]
 
 
+@pytest.mark.reliability("metadata-survives")
 def test_recorded_dictionaries_travel_with_the_weights_and_must_fit_them(tmp_path):
     from fairseq_sret.conversion.uptraining import data_bin_fingerprints
 

@@ -63,6 +63,7 @@ def test_refuses_what_it_did_not_make_unless_forced(checkpoint, data_bin, tmp_pa
     assert json.loads((out / "config.json").read_text())["model_type"] == "sret_transformer"
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_refuses_to_write_over_its_inputs(checkpoint, data_bin, capsys):
     spm = (data_bin / "spm.model").read_bytes()
     code, line = export(capsys, checkpoint, "--data-bin", data_bin, "--out", data_bin, "--force")

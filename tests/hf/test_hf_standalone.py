@@ -126,6 +126,7 @@ def test_the_pipeline_batches_by_length_and_answers_in_order(exported, monkeypat
     assert len(batches) == 2 and lengths == sorted(lengths)
 
 
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_a_dictionary_saved_on_windows_reads_as_the_same_symbols(tmp_path):
     from fairseq_sret.hf.tokenization import read_fairseq_dictionary
 

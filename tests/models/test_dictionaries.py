@@ -30,6 +30,7 @@ def other_words(size: int = 12) -> ToyTask:
     return task
 
 
+@pytest.mark.reliability("metadata-survives")
 def test_weights_refuse_a_model_built_for_another_dictionary(tmp_path):
     trained = build_model("sret_transformer", 12, **TINY)
     path = save_checkpoint({"model": trained.state_dict()}, tmp_path / "checkpoint.pt")
@@ -58,6 +59,7 @@ def test_weights_without_fingerprints_load_as_before(tmp_path):
     other.load_state_dict(average_checkpoints(paths)["model"])
 
 
+@pytest.mark.reliability("metadata-survives")
 def test_an_average_keeps_the_fingerprints_and_refuses_other_dictionaries(tmp_path):
     trained = build_model("sret_transformer", 12, **TINY)
     paths = [save_checkpoint({"model": trained.state_dict(), "optimizer_history": [{"num_updates": i}]},

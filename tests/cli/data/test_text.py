@@ -74,6 +74,7 @@ def test_read_lines_keeps_carriage_returns_inside_lines(tmp_path):
     assert read_lines(p) == ["a\rb", "c\u2028d"]  # only "\n" ends a line, as in perl
 
 
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_read_lines_drops_windows_line_ends_and_a_byte_order_mark(tmp_path):
     p = tmp_path / "windows.txt"
     p.write_bytes("\ufeffEin Hund .\r\nZwei\rKatzen .\r\nlast".encode())
@@ -105,6 +106,7 @@ def test_sources_accept_an_archive_or_a_folder_with_archives(tmp_path):
         Sources(src, tmp_path / "work3", {}).find("missing")
 
 
+@pytest.mark.reliability("tied-to-inputs")
 def test_a_replaced_archive_is_extracted_again(tmp_path):
     """An archive unpacked once is not unpacked again, until another file takes its name: then
     its files replace the stale ones (sret-prepare --force after a new download)."""

@@ -100,6 +100,7 @@ def wmt_data(tmp_path, refs):
 
 
 @pytest.mark.parametrize("cut", ["the closing line", "a hypothesis"])
+@pytest.mark.reliability("tied-to-inputs")
 def test_an_incomplete_output_is_refused(tmp_path, cut):
     """A generate output cut off (or still being written) would score its missing sentences as
     empty: refused, naming the file."""
@@ -114,6 +115,7 @@ def test_an_incomplete_output_is_refused(tmp_path, cut):
     assert not (tmp_path / "eval").exists()
 
 
+@pytest.mark.reliability("tied-to-inputs")
 def test_a_piped_output_is_read_once(tmp_path):
     """``--generate-output <(cat generate-test.txt)``: a stream gives its text to the first
     read only; the output is read once and scored as the file."""

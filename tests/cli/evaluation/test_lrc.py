@@ -88,6 +88,7 @@ def test_cli_plots_a_png(tmp_path):
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_cli_writes_the_format_its_output_names(tmp_path):
     pytest.importorskip("matplotlib")
     write_run(tmp_path)

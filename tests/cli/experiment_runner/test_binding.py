@@ -55,6 +55,7 @@ def test_settings_leave_out_where_the_files_are_and_keep_what_makes_the_model():
     assert training_settings(base) != training_settings([*base[:8], "--lr", "5e-4", *base[10:]])
 
 
+@pytest.mark.reliability("tied-to-inputs")
 def test_an_edited_row_is_refused_before_anything_runs(tmp_path):
     root = trained_run(tmp_path)
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
@@ -68,6 +69,7 @@ def test_an_edited_row_is_refused_before_anything_runs(tmp_path):
 
 
 @pytest.mark.parametrize("curve", [False, True], ids=["table", "curve"])
+@pytest.mark.reliability("one-run-per-output")
 def test_force_trains_a_changed_run_again_from_scratch_and_keeps_foreign_files(tmp_path, curve):
     root = trained_run(tmp_path, curve=curve)
     notes = write(root, "notes.txt", "mine")
@@ -95,6 +97,7 @@ def test_the_same_settings_resume_and_another_data_path_is_the_same_run(tmp_path
     assert "--max-update 10 -> 3" in check_run_folder(run, run_paths(tmp_path / "runs", run), smoke)
 
 
+@pytest.mark.reliability("tied-to-inputs")
 def test_checkpoints_the_runner_did_not_record_are_not_resumed(tmp_path):
     experiment(tmp_path, EXPERIMENT + ROW)
     write(tmp_path, "runs/sret/seed1/checkpoints/checkpoint_last.pt", "someone's weights")
@@ -103,6 +106,7 @@ def test_checkpoints_the_runner_did_not_record_are_not_resumed(tmp_path):
     assert (tmp_path / "runs/sret/seed1/checkpoints/checkpoint_last.pt").read_text() == "someone's weights"
 
 
+@pytest.mark.reliability("one-run-per-output")
 def test_two_processes_never_work_on_one_output(tmp_path):
     trained_run(tmp_path)
     with exclusive(tmp_path / "runs", "sret-experiments exp.yaml (the first)"):
@@ -122,6 +126,7 @@ def test_foreign_results_files_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("status", ["training", "done"])
+@pytest.mark.reliability("tied-to-inputs")
 def test_a_run_of_another_data_bins_contents_is_refused(tmp_path, status):
     """The data-bin's path is not a setting, what it holds is: a run trained (or finished, with
     its scores) on one data-bin is neither resumed nor reported as done on another one at the

@@ -42,6 +42,7 @@ def images(tmp_path):
     ({"id": "r"}, "needs an 'id' and a 'model'"),
     ({"id": "r", "model": "sret_cifar", "epochs": 3}, "unknown fields"),
 ])
+@pytest.mark.reliability("inputs-as-they-seem")
 def test_rows_that_the_runner_would_override_or_misread_are_refused(tmp_path, row, message):
     with pytest.raises(ExperimentError, match=message):
         parse_image_experiment(json.loads(experiment_file(tmp_path, [row]).read_text()), "ladder.yaml")
@@ -87,6 +88,7 @@ def test_a_run_folder_trained_with_other_settings_fails_that_run(images, tmp_pat
     assert "other settings (epochs: 2 -> 3)" in (tmp_path / "runs" / "sret" / "seed1" / "train.log").read_text()
 
 
+@pytest.mark.reliability("tied-to-inputs")
 def test_a_result_of_other_settings_is_not_done(images, tmp_path):
     rows = [{"id": "sret", "model": "sret_cifar"}]
     common = ["--data", str(images), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
@@ -98,6 +100,7 @@ def test_a_result_of_other_settings_is_not_done(images, tmp_path):
     assert "missing (seeds 1)" in (tmp_path / "res" / "tiny_ladder.md").read_text()
 
 
+@pytest.mark.reliability("tied-to-inputs")
 def test_runs_the_results_file_records_are_done_on_the_same_data_only(images, tmp_path, capsys):
     rows = [{"id": "baseline", "title": "baseline", "model": "sret_cifar_baseline"},
             {"id": "sret", "title": "SReT", "model": "sret_cifar"}]

@@ -10,6 +10,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner
 from fairseq_sret_cli.experiment_runner.run_folder import run_paths, write_record
 from fairseq_sret_cli.experiment_runner.settings import run_settings
@@ -71,6 +73,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.reliability("interruption")
 def test_a_runner_stopped_with_sigterm_stops_its_trainings(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path)], stderr=subprocess.PIPE, text=True)
     pid_file = tmp_path / "pid"
