@@ -176,7 +176,8 @@ def test_hub_generation_runs_in_bf16_and_scores_like_fp32():
 
 
 def test_bf16_without_native_bf16_stops_with_a_clear_message(monkeypatch):
-    monkeypatch.setattr(fairseq_patches, "cpu_has_native_bf16", lambda: False)
+    # where the check looks it up (the package re-exports it: patching that name changes nothing)
+    monkeypatch.setattr(fairseq_patches.common, "cpu_has_native_bf16", lambda: False)
     model, task = build("sret_transformer_tiny", **SMALL)
     with pytest.raises(fairseq_patches.CPUBF16Unsupported, match="native bf16.*drop --bf16"):
         _hub(model, task.source_dictionary, bf16=True)
