@@ -130,7 +130,11 @@ def _corrupt_message(path, reason: str) -> str:
 
 
 def check_checkpoint_file(path) -> None:
-    """Raise :class:`CorruptCheckpointError` naming ``path`` if the file is visibly damaged."""
+    """Raise :class:`CorruptCheckpointError` naming ``path`` if the file is visibly damaged, or
+    is no file at all (a folder; a pipe or device, which torch would wait on for ever)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        kind = "a folder" if os.path.isdir(path) else "a pipe or device (reading it waits for a writer)"
+        raise CorruptCheckpointError(f"{path} is {kind}, not a checkpoint file: give the path of a checkpoint")
     reason = _damage(str(path))
     if reason is not None:
         raise CorruptCheckpointError(_corrupt_message(path, reason))
@@ -273,6 +277,31 @@ def last_n_checkpoints(directory, n: int, by: str = "epoch", upper_bound: Option
     return [p for _, p in found[:n]]
 
 
+#: model options that change what the weights compute without changing their names or shapes:
+#: checkpoints that differ in one are models of different kinds, whose mean is neither
+MODEL_KIND_OPTIONS = ("arch", "activation_fn", "encoder_attention_heads", "decoder_attention_heads",
+                      "encoder_normalize_before", "decoder_normalize_before", "encoder_groups", "decoder_groups",
+                      "encoder_partition", "decoder_partition", "encoder_recursions", "decoder_recursions",
+                      "encoder_trained_recursions", "decoder_trained_recursions")
+
+
+def model_kind(state: dict) -> Dict[str, object]:
+    """The :data:`MODEL_KIND_OPTIONS` a fairseq checkpoint's model configuration gives."""
+    options = (state.get("cfg") or {}).get("model") or state.get("args")
+    if options is None:
+        return {}
+    read = options.get if hasattr(options, "get") else lambda key, default=None: getattr(options, key, default)
+    return {key: read(key, None) for key in MODEL_KIND_OPTIONS if read(key, None) is not None}
+
+
+def _check_same_kind(path, kind: Dict[str, object], first, first_kind: Dict[str, object]) -> None:
+    differ = sorted(key for key in set(kind) & set(first_kind) if str(kind[key]) != str(first_kind[key]))
+    if differ:
+        shown = ", ".join(f"{key} {kind[key]!r} against {first_kind[key]!r}" for key in differ)
+        raise ValueError(f"{path} is another kind of model than {first} ({shown}): the mean of their weights is"
+                         " neither model; average checkpoints of one model")
+
+
 def average_checkpoints(paths: Sequence) -> dict:
     """Average the ``model`` tensors of the given checkpoints.
 
@@ -280,8 +309,9 @@ def average_checkpoints(paths: Sequence) -> dict:
     tie) with its ``model`` replaced by the mean, which keeps the state dict's metadata (the
     dictionary fingerprints that loading checks). Floating tensors are accumulated in float64
     and cast back to their dtype; integer tensors get the floor of the mean, as fairseq's
-    averaging script does. Raises ValueError for a file given twice (it would count twice) and
-    for checkpoints trained with different dictionaries.
+    averaging script does. Raises ValueError for a file given twice (it would count twice), for
+    checkpoints trained with different dictionaries and for models of different kinds
+    (:data:`MODEL_KIND_OPTIONS`).
     """
     if not paths:
         raise ValueError("no checkpoints to average")
@@ -296,8 +326,11 @@ def average_checkpoints(paths: Sequence) -> dict:
     metadata, metadata_of = None, None
     sums: "collections.OrderedDict[str, torch.Tensor]" = collections.OrderedDict()
     dtypes: Dict[str, torch.dtype] = {}
+    kinds = []
     for path in paths:
         state = load_checkpoint(path)
+        kinds.append(model_kind(state))
+        _check_same_kind(path, kinds[-1], paths[0], kinds[0])
         model = state.pop("model")
         updates = checkpoint_num_updates(state)
         if new_state is None or (updates is not None and (newest is None or updates > newest)):

@@ -23,5 +23,13 @@ def finite(value: Any) -> Any:
 
 def dumps(value: Any, **kwargs) -> str:
     """``json.dumps`` that writes only JSON (see the module docstring); keyword arguments as
-    ``json.dumps``'s."""
-    return json.dumps(finite(value), allow_nan=False, **kwargs)
+    ``json.dumps``'s. With ``ensure_ascii=False``, text that holds a lone surrogate (a file name
+    whose bytes are not UTF-8, as Python reads it) is written with ``\\u`` escapes instead,
+    since no UTF-8 file or stream could hold it."""
+    text = json.dumps(finite(value), allow_nan=False, **kwargs)
+    if kwargs.get("ensure_ascii", True) is False:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(finite(value), allow_nan=False, **dict(kwargs, ensure_ascii=True))
+    return text

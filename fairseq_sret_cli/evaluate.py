@@ -14,45 +14,15 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable, Optional, Tuple
 
 from . import HelpFormatter, at_least, finite, user_errors
-from .outputs import Outputs
+from .evaluation.generate import refused_generate_args, split_by_fairseq
+from .outputs import Outputs, exclusive
 from fairseq_sret import json_text
 
 
-#: fairseq-generate options that sret-evaluate sets itself, or that would make its report describe
-#: another model, data or search than the one that ran: refused in --generate-args, with what to
-#: give instead. Other options pass through and are recorded in the report.
-OWN_GENERATE_OPTIONS = {
-    "--path": "give --checkpoint", "--beam": "give --beam", "--lenpen": "give --lenpen",
-    "--gen-subset": "give --subset", "--max-tokens": "give --max-tokens", "--batch-size": "give --batch-size",
-    "--max-sentences": "give --batch-size", "--cpu": "give --cpu", "--results-path": "give --output-dir",
-    "--post-process": "the score post-processes the pieces itself", "--remove-bpe": "the score post-processes the"
-    " pieces itself", "--source-lang": "the data-bin's pair is used", "--target-lang": "the data-bin's pair is used",
-    "--user-dir": "sret-evaluate loads the plugin itself",
-}
-
-
-def refused_generate_args(tokens) -> str:
-    """Why ``tokens`` (the split ``--generate-args``) cannot pass to fairseq-generate, or "" if
-    they can: an option of :data:`OWN_GENERATE_OPTIONS`, also abbreviated (argparse takes a
-    unique prefix) or as ``--option=value``; ``-s``/``-t``; a positional (another data-bin)."""
-    for i, token in enumerate(tokens):
-        name = token.split("=", 1)[0]
-        if name in ("-s", "-t"):
-            return f"{token} chooses a language pair; the data-bin's pair is used"
-        if name.startswith("--") and len(name) > 3:
-            for option, instead in OWN_GENERATE_OPTIONS.items():
-                if option.startswith(name):
-                    given = option if name == option else f"{token} (that is {option})"
-                    return f"{given} is set by sret-evaluate itself: {instead}"
-        elif not token.startswith("-") and (i == 0 or not tokens[i - 1].startswith("-")):
-            return f"{token!r} is not an option (the data-bin is --data; options take one value each)"
-    return ""
-
-
-@user_errors("sret-evaluate")
-def main(argv=None) -> int:
+def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sret-evaluate", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="data-bin written by a prepare script")
     src = p.add_mutually_exclusive_group(required=True)
@@ -62,7 +32,7 @@ def main(argv=None) -> int:
                      help="an existing fairseq-generate output (pieces, no --post-process) of --data to score")
     p.add_argument("--average-last", type=at_least(1), default=None, metavar="N",
                    help="with --checkpoint-dir: average the last N epoch checkpoints (update checkpoints with --by-update)"
-                        " into CHECKPOINT_DIR/checkpoint.avgN.pt")
+                        " into CHECKPOINT_DIR/checkpoint.avgN.pt; 1: the last one itself")
     p.add_argument("--by-update", action="store_true", help="average checkpoint_E_U.pt files instead of checkpointE.pt")
     p.add_argument("--subset", default="test", help="test (default), test1, valid")
     p.add_argument("--beam", type=at_least(1), default=None,
@@ -78,7 +48,11 @@ def main(argv=None) -> int:
                         " checkpoint, beam, subset...)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--verbose", action="store_true", help="show fairseq-generate's log")
-    args = p.parse_args(argv)
+    return p
+
+
+def checked_generate_args(p: argparse.ArgumentParser, args) -> list:
+    """``--generate-args`` split, after refusing options that do nothing or the wrong thing."""
     try:
         generate_args = shlex.split(args.generate_args)
     except ValueError as exc:
@@ -92,25 +66,53 @@ def main(argv=None) -> int:
                 p.error(f"--{name.replace('_', '-')} does nothing with --generate-output (nothing is translated)")
     elif args.average_last is not None and not args.checkpoint_dir:
         p.error("--average-last averages the checkpoints of a run folder: give --checkpoint-dir")
+    if args.by_update and args.average_last is None:
+        p.error("--by-update chooses which checkpoints --average-last averages: give --checkpoint-dir and --average-last")
+    return generate_args
+
+
+def run_checkpoint(args) -> Tuple[Path, Optional[Callable[[], None]]]:
+    """The checkpoint ``--checkpoint-dir`` gives (its best, else its last; with ``--average-last
+    N`` the last one or the average of the last N) and, for an average, the function that
+    writes it (checked already: it is called once nothing else is in the way)."""
+    from fairseq_sret.checkpoints import average_checkpoints, last_n_checkpoints
+
+    run_dir = Path(args.checkpoint_dir)
+    by = "update" if args.by_update else "epoch"
+    if args.average_last == 1:
+        return last_n_checkpoints(run_dir, 1, by=by)[0], None
+    if args.average_last:
+        paths = last_n_checkpoints(run_dir, args.average_last, by=by)
+        averaged = Outputs("sret-evaluate", force=args.force, inputs=paths,
+                           settings={"average_last": args.average_last, "by": by})
+        checkpoint = run_dir / f"checkpoint.avg{args.average_last}.pt"
+        averaged.check([checkpoint])
+
+        def write_average() -> None:
+            print(f"[evaluate] averaging {[p.name for p in paths]}", file=sys.stderr)
+            averaged.save(average_checkpoints(paths), checkpoint)
+
+        return checkpoint, write_average
+    best = run_dir / "checkpoint_best.pt"
+    return (best if best.is_file() else run_dir / "checkpoint_last.pt"), None
+
+
+@user_errors("sret-evaluate")
+def main(argv=None) -> int:
+    p = get_parser()
+    args = p.parse_args(argv)
+    generate_args = checked_generate_args(p, args)
 
     from .evaluation.evaluate import evaluate, format_report, output_files
 
     checkpoint, beam = args.checkpoint, args.beam if args.beam is not None or args.generate_output else 5
+    write_average = None
     if args.checkpoint_dir:
-        from fairseq_sret.checkpoints import average_checkpoints, last_n_checkpoints
-
-        run_dir = Path(args.checkpoint_dir)
-        if args.average_last and args.average_last > 1:
-            by = "update" if args.by_update else "epoch"
-            paths = last_n_checkpoints(run_dir, args.average_last, by=by)
-            averaged = Outputs("sret-evaluate", force=args.force, inputs=paths,
-                               settings={"average_last": args.average_last, "by": by})
-            print(f"[evaluate] averaging {[p.name for p in paths]}", file=sys.stderr)
-            checkpoint = averaged.save(average_checkpoints(paths), run_dir / f"checkpoint.avg{args.average_last}.pt")
-        else:
-            checkpoint = run_dir / "checkpoint_best.pt"
-            if not checkpoint.is_file():
-                checkpoint = run_dir / "checkpoint_last.pt"
+        checkpoint, write_average = run_checkpoint(args)
+    if checkpoint:  # translated by fairseq-generate
+        split = split_by_fairseq(args.data, "--data") or split_by_fairseq(checkpoint, "the checkpoint")
+        if split:
+            p.error(split)
     source = Path(checkpoint) if checkpoint else Path(args.generate_output)
     output_dir = Path(args.output_dir) if args.output_dir else source.parent / "eval"
     settings = {"data": str(Path(args.data).resolve()), "subset": args.subset,
@@ -120,13 +122,19 @@ def main(argv=None) -> int:
         settings = {"data": settings["data"], "subset": args.subset, "generate_output": settings["checkpoint"]}
     outputs = Outputs("sret-evaluate", force=args.force, settings=settings, inputs=[source, args.data])
     written = [output_dir / name for name in output_files(args.subset, generated=not args.generate_output)]
-    outputs.check(written, fix="give another --output-dir, or pass --force to replace them (nothing else is touched)")
-    report = evaluate(
-        args.data, checkpoint=checkpoint, subset=args.subset, output_dir=output_dir,
-        generate_output=args.generate_output, beam=beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
-        batch_size=args.batch_size, cpu=args.cpu, extra_args=generate_args, verbose=args.verbose,
-    )
-    outputs.record(*written)
+    fix = "give another --output-dir, or pass --force to replace them (nothing else is touched)"
+    outputs.check(written, folders=[output_dir], fix=fix)
+    with exclusive(output_dir, "sret-evaluate", remove=True,
+                   why="two evaluations into one folder would mix their files"):
+        outputs.check(written, fix=fix)  # again, now that no other evaluation writes there
+        if write_average is not None:
+            write_average()
+        report = evaluate(
+            args.data, checkpoint=checkpoint, subset=args.subset, output_dir=output_dir,
+            generate_output=args.generate_output, beam=beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
+            batch_size=args.batch_size, cpu=args.cpu, extra_args=generate_args, verbose=args.verbose,
+        )
+        outputs.record(*written)
     print(json_text.dumps(report, indent=2, ensure_ascii=False) if args.json else format_report(report))
     return 0
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from . import HelpFormatter, UserError, user_errors
-from .outputs import Outputs, read_manifest
+from .outputs import Outputs, exclusive, read_manifest
 
 COMMAND = "sret-export-hf"
 
@@ -44,22 +44,20 @@ def main(argv=None) -> int:
                       settings={"checkpoint": str(Path(args.checkpoint).resolve()),
                                 "data_bin": str(Path(args.data_bin).resolve())})
     outputs.check([out / name for name in EXPORT_FILES], folders=[out])  # before the work
-    made_out = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    # written into a hidden folder inside OUT, then moved in file by file: a failure leaves OUT as it was
-    staging = out / f".{COMMAND}.{os.getpid()}"
-    try:
-        summary = export_checkpoint(args.checkpoint, args.data_bin, staging)
-        outputs.check([out / name for name in summary["files"]])
-        for name in summary["files"]:
-            outputs.move_in(staging / name, out / name)
-        for name, entry in read_manifest(out).items():  # what an earlier export wrote and this one did not
-            if entry.get("command") == COMMAND and name not in summary["files"]:
-                outputs.remove(out / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if made_out and not any(out.iterdir()):
-            out.rmdir()
+    # one export per OUT; a failure leaves no trace of an OUT it made
+    with exclusive(out, COMMAND, remove=True, why="two exports into one folder would mix their models"):
+        # written into a hidden folder inside OUT, then moved in file by file: a failure leaves OUT as it was
+        staging = out / f".{COMMAND}.{os.getpid()}"
+        try:
+            summary = export_checkpoint(args.checkpoint, args.data_bin, staging)
+            outputs.check([out / name for name in summary["files"]])
+            for name in summary["files"]:
+                outputs.move_in(staging / name, out / name)
+            for name, entry in read_manifest(out).items():  # what an earlier export wrote and this one did not
+                if entry.get("command") == COMMAND and name not in summary["files"]:
+                    outputs.remove(out / name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     summary["out"] = str(out)
     print(f"wrote {summary['out']}: {summary['source_lang']}->{summary['target_lang']},"
           f" {summary['unique_parameters']:,} parameters, depth {summary['depth'][0]}/{summary['depth'][1]}"

@@ -307,12 +307,13 @@ class Busy(UsageError):
 
 
 @contextlib.contextmanager
-def exclusive(folder, command: str, remove: bool = False) -> Iterator[Path]:
+def exclusive(folder, command: str, remove: bool = False,
+              why: str = "two processes on one output would train the same runs at once") -> Iterator[Path]:
     """Hold ``folder/.sret-lock`` (an advisory ``flock``, released when the process ends, also
     by a kill) while the block runs; raise :class:`Busy` naming the holder when another
     process has it. ``remove``: delete the lock file when the block ends (still holding the
     lock), and the folder if the block made it and left it empty: for a folder whose files are
-    the user's results."""
+    the user's results. ``why``: what two writers would do, said in the refusal."""
     folder = Path(folder)
     made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
@@ -325,7 +326,7 @@ def exclusive(folder, command: str, remove: bool = False) -> Iterator[Path]:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             raise Busy(f"{folder} is in use by {holder}: wait for it to finish, or give another output folder"
-                       " (two processes on one output would train the same runs at once)") from None
+                       f" ({why})") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{command} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import HelpFormatter, UsageError, UserError, at_least, user_errors
-from .outputs import Outputs
+from .outputs import Outputs, exclusive
 
 #: name -> (default output, vocabulary, source language, target language, --src help)
 DATASETS = {
@@ -70,9 +70,10 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def settings_of(args) -> dict:
-    """The options that decide a data-bin's content (recorded with its files)."""
+    """The options that decide a data-bin's content (recorded with its files): ``src`` is the
+    corpus read (its full path; None: the official download)."""
     settings = {"dataset": args.dataset, "vocab_size": args.vocab_size, "source_lang": args.source_lang,
-                "target_lang": args.target_lang}
+                "target_lang": args.target_lang, "src": str(Path(args.src).resolve()) if args.src else None}
     if args.dataset == "wmt14":
         settings["input_sentence_size"] = args.input_sentence_size
     return settings
@@ -90,7 +91,18 @@ def _already_prepared(out: Path, args) -> bool:
         return False
     asked = options.get("requested_vocab_size", options.get("vocab_size"))
     return (meta.get("recipe") == args.dataset and asked == args.vocab_size
-            and (meta.get("source_lang"), meta.get("target_lang")) == (args.source_lang, args.target_lang))
+            and (meta.get("source_lang"), meta.get("target_lang")) == (args.source_lang, args.target_lang)
+            and _same_source(out, args))
+
+
+def _same_source(out: Path, args) -> bool:
+    """Was ``out`` prepared from the corpus ``--src`` names? (A data-bin made before its
+    manifest recorded the corpus counts as made from it.)"""
+    from .data.common import METADATA
+    from .outputs import maker
+
+    recorded = (maker(out / METADATA) or {}).get("settings") or {}
+    return recorded.get("src", settings_of(args)["src"]) == settings_of(args)["src"]
 
 
 def data_bin_names(src_lang: str, tgt_lang: str):
@@ -163,22 +175,20 @@ def main(argv=None) -> int:
         downloads.check([], replaced=[work_dir],
                         fix="give another --work-dir, or pass --force to use that folder for downloads")
     start = time.time()
-    made_out = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    # built in a hidden folder inside OUT, then moved in file by file: a failure leaves OUT as it was
-    staging = out / f".sret-prepare.{os.getpid()}"
-    try:
-        prepare(staging, src=args.src, src_lang=args.source_lang, tgt_lang=args.target_lang,
-                vocab_size=args.vocab_size, workers=args.workers, work_dir=work_dir, **extra)
-        if uses_work_dir and args.work_dir is None and not downloads.made_by_me(work_dir):
-            downloads.record(work_dir)
-        install(staging, out, outputs, expected)
-    except DownloadError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if made_out and not any(out.iterdir()):  # a failure leaves no trace of an OUT it made
-            out.rmdir()
+    # one preparation per OUT; a failure leaves no trace of an OUT it made
+    with exclusive(out, "sret-prepare", remove=True, why="two preparations into one folder would mix their data-bins"):
+        # built in a hidden folder inside OUT, then moved in file by file: a failure leaves OUT as it was
+        staging = out / f".sret-prepare.{os.getpid()}"
+        try:
+            prepare(staging, src=args.src, src_lang=args.source_lang, tgt_lang=args.target_lang,
+                    vocab_size=args.vocab_size, workers=args.workers, work_dir=work_dir, **extra)
+            if uses_work_dir and args.work_dir is None and not downloads.made_by_me(work_dir):
+                downloads.record(work_dir)
+            install(staging, out, outputs, expected)
+        except DownloadError as exc:
+            raise UserError(str(exc)) from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     print(f"[prepare] data-bin ready: {out} (in {time.time() - start:.0f}s)", file=sys.stderr)
     print(out)
     return 0

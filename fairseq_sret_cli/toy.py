@@ -135,20 +135,21 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true",
                         help="replace split files this command did not make (or made with another seed)")
     args = parser.parse_args(argv)
-    from .outputs import Outputs
+    from .outputs import Outputs, exclusive
 
     folder = Path(args.out_dir)
     outputs = Outputs("sret-toy-data", force=args.force, settings={"seed": args.seed})
     names = [f"{split}.{side}" for split, _ in SPLITS for side in ("src", "tgt")]
     outputs.check([folder / name for name in names], folders=[folder])
-    # written aside, then each split file renamed into place
-    staging = folder / f".sret-toy-data.{os.getpid()}"
-    try:
-        write_reversal_corpus(staging, seed=args.seed)
-        for name in names:
-            outputs.move_in(staging / name, folder / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with exclusive(folder, "sret-toy-data", remove=True, why="two corpora into one folder would mix their splits"):
+        # written aside, then each split file renamed into place
+        staging = folder / f".sret-toy-data.{os.getpid()}"
+        try:
+            write_reversal_corpus(staging, seed=args.seed)
+            for name in names:
+                outputs.move_in(staging / name, folder / name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     print(f"wrote {', '.join(f'{s}.src/.tgt ({n} lines)' for s, n in SPLITS)} to {folder}")
     return 0
 

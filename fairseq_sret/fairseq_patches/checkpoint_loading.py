@@ -21,9 +21,9 @@ from ..checkpoints import allowed_checkpoint_globals, check_checkpoint_file, cle
 def _clear_loading(load):
     @functools.wraps(load)
     def wrapper(path, *args, **kwargs):
-        local = path if isinstance(path, str) and os.path.isfile(path) else None
+        local = path if isinstance(path, str) and os.path.exists(path) else None
         if local is not None:
-            check_checkpoint_file(local)
+            check_checkpoint_file(local)  # also refuses a pipe, which would be read for ever
         try:
             with allowed_checkpoint_globals():
                 return load(path, *args, **kwargs)

@@ -17,12 +17,13 @@ against its own binarised targets, as fairseq-generate prints them (``T-`` lines
 sacreBLEU and chrF2 on the text as binarised (no subword or detokenization step).
 """
 
+import os
 import re
+import shutil
+import struct
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
-
-from fairseq_sret.atomic_files import replacing
 
 from ..data.common import METADATA, read_metadata
 from ..data.io import read_lines, write_lines
@@ -160,6 +161,40 @@ def check_generate_output(generate_output, data_dir, subset: str, meta: dict, be
     return facts
 
 
+def last_value(tokens: Sequence[str], option: str, default):
+    """The value of the last ``option`` among command-line ``tokens`` (``--option V`` or
+    ``--option=V``, as argparse reads them: the last one counts), or ``default``."""
+    value = default
+    for i, token in enumerate(tokens):
+        if token == option and i + 1 < len(tokens):
+            value = tokens[i + 1]
+        elif token.startswith(option + "="):
+            value = token.split("=", 1)[1]
+    return value
+
+
+def subset_size(data_dir, subset: str, meta: dict) -> Optional[int]:
+    """How many sentences the binarised ``subset`` holds (the header of its target ``.idx``
+    file, as fairseq-preprocess writes it), or None for an index of another format."""
+    pair = f"{meta['source_lang']}-{meta['target_lang']}"
+    with open(Path(data_dir) / f"{subset}.{pair}.{meta['target_lang']}.idx", "rb") as f:
+        header = f.read(26)
+    if len(header) < 26 or header[:9] != b"MMIDIDX\x00\x00":
+        return None
+    return struct.unpack("<Q", header[18:26])[0]
+
+
+def check_all_translated(refs: Dict[int, str], data_dir, subset: str, meta: dict, generate_output) -> None:
+    """Refuse a fairseq-generate output that does not hold every sentence of ``subset`` (fairseq
+    skipped some, or it was made from a part of it or from another data-bin): the references
+    are read from the output, so the score would be of other sentences than the subset's."""
+    size = subset_size(data_dir, subset, meta)
+    if size is not None and len(refs) != size:
+        raise ValueError(f"{generate_output} holds {len(refs)} translated sentences, but the subset '{subset}' of"
+                         f" {data_dir} has {size} (fairseq skipped some, or the output is of a part of it or of"
+                         " another data-bin): its score would not be the subset's; translate the whole subset")
+
+
 def readable_again(path, scratch) -> Path:
     """``path``, or where it is not a regular file (a pipe, ``<(...)``, a FIFO: each read would
     see the rest of the stream, the second nothing), a copy of its text, read once, in the
@@ -178,14 +213,32 @@ def _same_source(printed: str, pieces: str) -> bool:
     return len(a) == len(b) and all(x == y or x == "<unk>" for x, y in zip(a, b))
 
 
-def evaluate(*args, **kwargs) -> Dict:
+def evaluate(data_dir, checkpoint=None, subset: str = "test", output_dir=None, generate_output=None,
+             **kwargs) -> Dict:
     """Translate ``subset`` with ``checkpoint`` (or read an existing fairseq-generate output)
-    and score it. Writes ``SUBSET.hyp`` and ``SUBSET.results.json`` to ``output_dir``, each
-    replaced in one rename. An existing output is checked first (:func:`check_generate_output`);
-    its own beam is reported (``beam`` None: whatever it was decoded with). Arguments: those
-    of :func:`_evaluate`."""
-    with tempfile.TemporaryDirectory(prefix="sret-evaluate-") as scratch:
-        return _evaluate(*args, scratch=scratch, **kwargs)
+    and score it. Writes ``generate-SUBSET.txt`` (when it translates), ``SUBSET.hyp`` and
+    ``SUBSET.results.json`` to ``output_dir`` (default: beside the checkpoint or output, in
+    ``eval``): all are made in a hidden folder there, then each moved in by one rename,
+    the results last, so a failure or an interruption leaves ``output_dir`` as it was. An
+    existing output is checked first (:func:`check_generate_output`); its own beam is reported
+    (``beam`` None: whatever it was decoded with). Other arguments: those of :func:`_evaluate`."""
+    if output_dir is None:
+        output_dir = (Path(checkpoint).parent if checkpoint else Path(generate_output).parent) / "eval"
+    output_dir = Path(output_dir)
+    made = not output_dir.exists()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = output_dir / f".sret-evaluate.{os.getpid()}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="sret-evaluate-") as scratch:
+            report = _evaluate(data_dir, checkpoint=checkpoint, subset=subset, output_dir=output_dir,
+                               generate_output=generate_output, staging=staging, scratch=scratch, **kwargs)
+        for name in output_files(subset, generated=generate_output is None):
+            os.replace(staging / name, output_dir / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if made and not any(output_dir.iterdir()):  # a failure leaves no trace of a folder it made
+            output_dir.rmdir()
+    return report
 
 
 def _evaluate(
@@ -201,31 +254,36 @@ def _evaluate(
     cpu: bool = False,
     extra_args: Sequence[str] = (),
     verbose: bool = False,
+    staging=None,
     scratch=None,
 ) -> Dict:
-    """:func:`evaluate`'s work; ``scratch``: a folder for a once-read copy of a piped output."""
+    """:func:`evaluate`'s work: its files are written to ``staging`` and name ``output_dir``,
+    where they go; ``scratch``: a folder for a once-read copy of a piped output."""
     data_dir = Path(data_dir)
     meta = data_bin_metadata(data_dir)
     if subset not in meta["subsets"]:
         raise ValueError(f"no references for subset {subset!r} in {data_dir}; known: {sorted(meta['subsets'])}")
-    if output_dir is None:
-        output_dir = (Path(checkpoint).parent if checkpoint else Path(generate_output).parent) / "eval"
-    output_dir = Path(output_dir)
+    output_dir, staging = Path(output_dir), Path(staging)
     speed = None
     if generate_output is None:
         if checkpoint is None:
             raise ValueError("give a checkpoint or a fairseq-generate output")
-        generate_output, summary = run_generate(data_dir, checkpoint, output_dir, subset=subset, beam=beam, lenpen=lenpen,
-                                       max_tokens=max_tokens, batch_size=batch_size, cpu=cpu,
-                                       extra_args=extra_args, verbose=verbose)
+        generate_output, summary = run_generate(data_dir, checkpoint, staging, subset=subset, beam=beam, lenpen=lenpen,
+                                                max_tokens=max_tokens, batch_size=batch_size, cpu=cpu,
+                                                extra_args=extra_args, verbose=verbose)
         speed = generation_speed(summary)
-        given = generate_output
+        given = output_dir / generate_output.name
+        # extra options (an experiment's variant) may decode with another beam or length penalty
+        beam = generate_output_facts(generate_output)["beam"] or beam
+        lenpen = last_value(extra_args, "--lenpen", lenpen)
+        lenpen = None if lenpen is None else float(lenpen)
     else:
         given, generate_output = generate_output, readable_again(generate_output, scratch)
         facts = check_generate_output(generate_output, data_dir, subset, meta, beam)
         beam, lenpen = facts["beam"], None  # the file's own beam; its length penalty is not in it
     if meta.get("references") == "binarised":
         refs = read_targets(generate_output)
+        check_all_translated(refs, data_dir, subset, meta, given)
         hyps = read_hypotheses(generate_output, max(refs, default=-1) + 1)
         num = len(refs)
         results = score_binarised(dict(enumerate(hyps)), refs)
@@ -233,9 +291,8 @@ def _evaluate(
         num = len(read_lines(data_dir / "text" / f"{subset}.sp.{meta['target_lang']}"))
         hyps = [SentencePieceCodec.decode(p) for p in read_hypotheses(generate_output, num)]
         results = score(meta, data_dir, subset, hyps)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with replacing(output_dir / f"{subset}.hyp") as tmp:
-        write_lines(tmp, hyps)
+    staging.mkdir(parents=True, exist_ok=True)
+    write_lines(staging / f"{subset}.hyp", hyps)
     report = {
         "data": str(data_dir),
         "recipe": meta["recipe"],
@@ -252,8 +309,8 @@ def _evaluate(
         "speed": speed,
         "scores": [r.as_dict() for r in results],
     }
-    with replacing(output_dir / f"{subset}.results.json") as tmp:
-        tmp.write_text(json_text.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (staging / f"{subset}.results.json").write_text(json_text.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                                                   encoding="utf-8")
     return report
 
 

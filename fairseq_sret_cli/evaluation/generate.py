@@ -18,6 +18,61 @@ from .. import log as lab_log
 
 log = functools.partial(lab_log, stage="evaluate")
 
+#: fairseq-generate options that sret-evaluate sets itself, or that would make its report describe
+#: another model, data or search than the one that ran, with what to give instead. Other options
+#: pass through and are recorded in the report.
+OWN_GENERATE_OPTIONS = {
+    "--path": "give --checkpoint", "--beam": "give --beam", "--lenpen": "give --lenpen",
+    "--gen-subset": "give --subset", "--max-tokens": "give --max-tokens", "--batch-size": "give --batch-size",
+    "--max-sentences": "give --batch-size", "--cpu": "give --cpu", "--results-path": "give --output-dir",
+    "--post-process": "the score post-processes the pieces itself", "--remove-bpe": "the score post-processes the"
+    " pieces itself", "--source-lang": "the data-bin's pair is used", "--target-lang": "the data-bin's pair is used",
+    "--user-dir": "sret-evaluate loads the plugin itself",
+}
+
+#: fairseq-generate options after which the H- lines are no longer one translation of every
+#: sentence of the subset by the model alone: the score would measure something else
+CHANGES_THE_SCORE = {
+    "--nbest": "the score reads one hypothesis per sentence, the best",
+    "--score-reference": "it scores the references instead of translating",
+    "--quiet": "it prints no hypotheses to score",
+    "--prefix-size": "each translation would start from its reference's first tokens",
+    "--num-shards": "only a part of the subset would be translated",
+    "--shard-id": "only a part of the subset would be translated",
+}
+
+
+def refused_generate_args(tokens, own=OWN_GENERATE_OPTIONS, command: str = "sret-evaluate") -> str:
+    """Why ``tokens`` (split fairseq-generate options) cannot pass to the evaluation's
+    fairseq-generate, or "" if they can: an option of ``own`` (set by ``command``, the value: what
+    to give instead) or of :data:`CHANGES_THE_SCORE`, also abbreviated (argparse takes a unique
+    prefix) or as ``--option=value``; ``-s``/``-t``; a positional (another data-bin)."""
+    for i, token in enumerate(tokens):
+        name = token.split("=", 1)[0]
+        if name in ("-s", "-t"):
+            return f"{token} chooses a language pair; the data-bin's pair is used"
+        if name.startswith("--") and len(name) > 3:
+            for option, why in [*own.items(), *CHANGES_THE_SCORE.items()]:
+                if option.startswith(name):
+                    given = option if name == option else f"{token} (that is {option})"
+                    if option in own:
+                        return f"{given} is set by {command} itself: {why}"
+                    return f"{given} would change what is scored: {why}"
+        elif not token.startswith("-") and (i == 0 or not tokens[i - 1].startswith("-")):
+            return f"{token!r} is not an option (the data-bin is --data; options take one value each)"
+    return ""
+
+
+def split_by_fairseq(path, what: str) -> str:
+    """Why fairseq would not read ``path`` as one path, or "": it splits its data and checkpoint
+    paths at ``os.pathsep`` (data shards, checkpoints to ensemble). ``what``: the option that
+    gave it."""
+    if os.pathsep not in str(path):
+        return ""
+    return (f"{what} {path}: fairseq reads '{os.pathsep}' in a path as a list of paths (data shards, checkpoints"
+            f" to ensemble), so it would read other files than this one; give a path without '{os.pathsep}'"
+            " (a link to it will do)")
+
 
 def run_generate(
     data_dir,
@@ -42,6 +97,12 @@ def run_generate(
     ``in_process=False`` runs ``python -m fairseq_cli.generate`` in a subprocess instead of
     calling it here.
     """
+    refused = refused_generate_args(list(extra_args), own={})
+    if refused:
+        raise ValueError(f"fairseq-generate options {' '.join(extra_args)!r}: {refused}")
+    split = split_by_fairseq(data_dir, "the data-bin") or split_by_fairseq(checkpoint, "the checkpoint")
+    if split:
+        raise ValueError(split)
     results_dir = Path(results_dir)
     staging = results_dir / f".generate-{subset}.{os.getpid()}"
     staging.mkdir(parents=True, exist_ok=True)

@@ -197,6 +197,26 @@ def _train_args(value, where: str) -> List[str]:
     return args
 
 
+#: fairseq-generate options a variant may give although the evaluation sets them: how it
+#: decodes (the report names each variant's flags, and its results the beam and lenpen used)
+VARIANT_DECODING_OPTIONS = ("--beam", "--lenpen", "--max-tokens", "--batch-size", "--max-sentences", "--cpu")
+
+
+def _generate_args(value, where: str) -> List[str]:
+    """fairseq-generate flags of an evaluation variant, refusing those that would score another
+    model, subset or text than the evaluation names, and those that change what it measures."""
+    from ..evaluation.generate import OWN_GENERATE_OPTIONS, refused_generate_args
+
+    args = _args(value, where)
+    instead = {"--path": "give it as eval.checkpoints", "--gen-subset": "give it as eval.subsets"}
+    own = {option: instead.get(option, why) for option, why in OWN_GENERATE_OPTIONS.items()
+           if option not in VARIANT_DECODING_OPTIONS}
+    refused = refused_generate_args(args, own=own, command="the runner")
+    if refused:
+        raise ExperimentError(f"{where}: {refused}")
+    return args
+
+
 def _int(value, where: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ExperimentError(f"{where} must be an integer >= {minimum}, got {value!r}")
@@ -302,7 +322,7 @@ def _parse_evaluation(ev: dict, where: str) -> Evaluation:
         subsets=subsets,
         checkpoints=checkpoints,
         max_tokens=_int(ev.get("max_tokens", 8000), f"{where}: eval.max_tokens", 1),
-        variants={str(k or ""): _args(v, f"{where}: eval.variants.{k}") for k, v in variants.items()},
+        variants={str(k or ""): _generate_args(v, f"{where}: eval.variants.{k}") for k, v in variants.items()},
         curve_every=curve_every, curve_subsets=curve_subsets,
     )
 

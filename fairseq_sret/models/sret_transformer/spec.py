@@ -121,6 +121,9 @@ def check_model_options(args) -> None:
     """Fail, naming the option, for the invalid options that are not one side's layers."""
     if not math.isfinite(args.nll_ratio) or args.nll_ratio < 0:
         raise ValueError(f"--nll-ratio must be a finite number >= 0 (0 disables the NLL), got {args.nll_ratio}")
+    width = args.nll_ratio * max(args.encoder_embed_dim, args.decoder_embed_dim)
+    if width >= 2 ** 31:
+        raise ValueError(f"--nll-ratio {args.nll_ratio} gives NLLs {width:.3g} wide, more than a tensor can hold")
     if args.encoder_embed_dim != args.decoder_embed_dim and not getattr(args, "no_cross_attention", False):
         raise ValueError(
             f"--encoder-embed-dim ({args.encoder_embed_dim}) must equal --decoder-embed-dim"
