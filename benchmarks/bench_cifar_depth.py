@@ -16,7 +16,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, command_line, hardware_line, median, print_table, start_benchmark
+from benchmarks.common import (
+    benchmark_parser, command_line, hardware_line, median, positive_int, print_table, start_benchmark,
+)
 from fairseq_sret import json_text
 
 
@@ -40,8 +42,8 @@ def build_parser():
     p.add_argument("--data", required=True, help="the data the runs were given (their settings are checked)")
     p.add_argument("--output", required=True, help="the experiment's run folder (sret-experiments --output)")
     p.add_argument("--out", required=True, help="the figure to write (.png); its data goes beside it as .json")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batch-size", type=positive_int, default=256)
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--force", action="store_true", help="replace a figure this command did not make")
     return p
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, finish_benchmark, median, print_table, start_benchmark
+from benchmarks.common import benchmark_parser, finish_benchmark, median, positive_int, print_table, start_benchmark
 
 MODELS = ("sret_cifar_baseline", "sret_cifar_baseline_deep", "sret_cifar_wo_slice", "sret_cifar")
 
@@ -48,8 +48,8 @@ def build_parser():
                          device=False)
     p.set_defaults(threads=1)
     p.add_argument("--data", default=None, help="ImageFolder (train/, test/) or torchvision CIFAR download")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=10, help="timed batches per measurement (median)")
+    p.add_argument("--batch-size", type=positive_int, default=128)
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed batches per measurement (median)")
     return p
 
 
@@ -65,6 +65,7 @@ def main(argv=None) -> None:
 
     from fairseq_sret.vision import create_model
     from fairseq_sret.vision.registry import get_pretrained_cfg
+    from fairseq_sret_cli import UserError
     from fairseq_sret_cli.image_tensors import load_split
     from fairseq_sret_cli.train_cifar import AugmentedImages, normalise
 
@@ -72,7 +73,10 @@ def main(argv=None) -> None:
         data = str(tiny_image_folder(Path(tmp))) if args.smoke else args.data
         batch, repeats = (8, 2) if args.smoke else (args.batch_size, args.repeats)
         start = time.process_time()
-        train, test = load_split(data, "train"), load_split(data, "test")
+        try:
+            train, test = load_split(data, "train"), load_split(data, "test")
+        except UserError as exc:  # a missing, damaged or unusable image set: one line, as argparse's errors
+            p.error(str(exc))
         decode = time.process_time() - start
 
     cfg = get_pretrained_cfg("sret_cifar")

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List
 import torch
 
 from benchmarks.common import (
-    benchmark_parser, clock_note, finish_benchmark, measure, median, print_table, start_benchmark,
+    benchmark_parser, clock_note, finish_benchmark, measure, median, positive_int, print_table, start_benchmark,
 )
 
 
@@ -56,10 +56,10 @@ def build_parser():
     p.add_argument("--models", nargs="+", default=["sret_t", "deit_tiny_patch16_224"])
     p.add_argument("--backend", default="inductor")
     p.add_argument("--regional", action="store_true", help="also SReT with its shared layers compiled one by one")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--img-size", type=int, default=224)
-    p.add_argument("--iters", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--img-size", type=positive_int, default=224)
+    p.add_argument("--iters", type=positive_int, default=1)
+    p.add_argument("--rounds", type=positive_int, default=3)
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     return p
 

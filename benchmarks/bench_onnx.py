@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, finish_benchmark, median, print_table, start_benchmark
+from benchmarks.common import benchmark_parser, finish_benchmark, median, positive_int, print_table, start_benchmark
 
 
 def randomised(name: str, **kwargs):
@@ -49,7 +49,7 @@ def build_parser():
     p = benchmark_parser(__doc__, smoke="one block per stage at 64x64 (harness check, seconds)", device=False)
     p.set_defaults(threads=1)
     p.add_argument("--models", nargs="+", default=["sret_t", "sret_s"])
-    p.add_argument("--iters", type=int, default=10, help="timed batch-1 forwards per runtime")
+    p.add_argument("--iters", type=positive_int, default=10, help="timed batch-1 forwards per runtime")
     return p
 
 

@@ -60,7 +60,7 @@ from contextlib import nullcontext
 
 from benchmarks.common import (
     benchmark_parser, clock_fn, clock_note, default_clock, finish_benchmark, fmt_ratio, median, mib, peak_memory,
-    print_table, profile_table, quiet_logging, start_benchmark, sync,
+    positive_int, print_table, profile_table, quiet_logging, start_benchmark, sync,
 )
 from fairseq_sret.core import fast_paths, fold_lrc
 from fairseq_sret.vision import create_model, is_model
@@ -125,17 +125,17 @@ def build_parser():
     p.add_argument("--compile", nargs="*", default=[], metavar="MODEL",
                    help="models that also get the --compile-variants ('all' for every model)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
-    p.add_argument("--batch-infer", type=int, default=256)
-    p.add_argument("--batch-train", type=int, default=128)
-    p.add_argument("--img-size", type=int, default=224)
+    p.add_argument("--batch-infer", type=positive_int, default=256)
+    p.add_argument("--batch-train", type=positive_int, default=128)
+    p.add_argument("--img-size", type=positive_int, default=224)
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto",
                    help="autocast dtype; auto = bfloat16 on CUDA, float32 (no autocast) on CPU")
     p.add_argument("--model-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="weights and input in this dtype, no autocast (timm benchmark.py's --model-dtype);"
                         " inference only")
     p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--iters", type=int, default=None)
-    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--iters", type=positive_int, default=None)
+    p.add_argument("--rounds", type=positive_int, default=None)
     p.add_argument("--reference", default=None, help="model whose eager variant is the 1.00x row")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds; variants not yet prepared when it is spent are skipped")

@@ -79,6 +79,17 @@ def device_option(text: str) -> str:
     return text
 
 
+def missing_device(device: torch.device) -> Optional[str]:
+    """Why ``device`` cannot run here (a CUDA device on a machine without it), or None."""
+    if device.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return f"CUDA is not available to this torch ({torch.__version__}); give --device cpu or auto"
+    if (device.index or 0) >= torch.cuda.device_count():
+        return f"there are {torch.cuda.device_count()} CUDA devices"
+    return None
+
+
 def json_path(text: str) -> str:
     """``--json``: a file in a folder that exists, checked before the benchmark runs (not
     after it, when its results would be lost)."""
@@ -121,9 +132,16 @@ def write_json(path, report: dict) -> None:
 
 
 def pick_device(name: Optional[str]) -> torch.device:
+    """The device of ``--device``; a device this machine lacks ends the benchmark with one
+    line (exit 2, as argparse's errors) before any work, not a traceback later."""
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    why = missing_device(device)
+    if why:
+        print(f"{os.path.basename(sys.argv[0])}: error: --device {name}: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    return device
 
 
 def set_threads(threads: Optional[int]) -> None:

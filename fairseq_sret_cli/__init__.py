@@ -19,7 +19,7 @@ command                                 module
 
 import argparse
 import contextlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 
 def log(message: str, stage: str) -> None:
@@ -95,6 +95,12 @@ def user_errors(prog: str, interrupted: str = INTERRUPTED):
                         raise
                     print(f"{prog}: error: {error_message(exc)}", file=sys.stderr)
                     return 2 if isinstance(exc, UsageError) else 1
+                except (MemoryError, RuntimeError) as exc:
+                    message = out_of_memory_message(exc)
+                    if message is None or tracebacks_wanted():
+                        raise
+                    print(f"{prog}: error: {message}", file=sys.stderr)
+                    return 1
                 except ModuleNotFoundError as exc:
                     from fairseq_sret.extras import missing_extra_message
 
@@ -149,6 +155,20 @@ def tracebacks_wanted() -> bool:
     return os.environ.get("SRET_TRACEBACK", "").strip().lower() not in ("", "0", "no", "false", "off")
 
 
+def out_of_memory_message(exc: BaseException) -> Optional[str]:
+    """One line for an allocation that failed (Python's ``MemoryError``, torch's allocators),
+    None for any other error."""
+    import re
+
+    text = str(exc)
+    if not isinstance(exc, MemoryError) and not re.search(r"can't allocate memory|out of memory", text, re.I):
+        return None
+    size = re.search(r"allocate (\d+) bytes", text)
+    asked = f": it asked for {int(size.group(1)) / 2 ** 30:,.1f} GiB" if size else ""
+    return (f"not enough memory{asked}; give smaller sizes (of the model, a batch, or an option that scales one,"
+            " such as a width or ratio)")
+
+
 def error_message(exc: BaseException) -> str:
     """One line naming the problem (a ``KeyError``'s bare key gets a word of context; the
     error of a worker process is its own message, not the worker's traceback)."""
@@ -159,7 +179,8 @@ def error_message(exc: BaseException) -> str:
     else:
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    tracebacks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    # a worker's traceback starts its own line, a DataLoader worker's after "Original "
+    tracebacks = [i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line]
     if tracebacks:  # a worker's or a subprocess's traceback in the message: its own error, not its frames
         lines = lines[: tracebacks[0]] + lines[-1:]
     return " ".join(lines) or type(exc).__name__
@@ -167,7 +188,8 @@ def error_message(exc: BaseException) -> str:
 
 def at_least(minimum, kind=int):
     """An argparse ``type``: a ``kind`` number >= ``minimum`` (a count of 0 or -5 is refused
-    by name instead of doing nothing, or the wrong thing)."""
+    by name instead of doing nothing, or the wrong thing); a float must also be finite."""
+    import math
 
     def parse(text: str):
         try:
@@ -176,10 +198,24 @@ def at_least(minimum, kind=int):
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
         if not value >= minimum:  # also refuses NaN
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        if kind is float and math.isinf(value):  # a rate or a count of epochs that no step can use
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         return value
 
     parse.__name__ = f"{kind.__name__} >= {minimum}"
     return parse
+
+
+def seed(text: str) -> int:
+    """An argparse ``type``: a random seed, an integer from 0 to 2**32 - 1 (what every generator
+    the commands seed takes, numpy's included)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {2 ** 32 - 1}, got {text}")
+    return value
 
 
 def finite(text: str) -> float:

@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from . import HelpFormatter, at_least, user_errors
+from . import HelpFormatter, UsageError, at_least, user_errors
 
 #: (ours, baseline, vocabulary, embedding sharing, baseline overrides)
 NMT_PAIRS = [
@@ -57,6 +57,18 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+def build(create_model, name: str, kwargs: dict):
+    """``create_model(name, **kwargs)``; UsageError naming the option a model does not take
+    (``--groups`` of a model without attention groups)."""
+    try:
+        return create_model(name, **kwargs)
+    except TypeError as exc:
+        option = next((f"--{key.replace('_', '-')}" for key in kwargs if repr(key) in str(exc)), None)
+        if option is None:
+            raise
+        raise UsageError(f"{option}: {name} has no such setting ({exc}); count it without {option}") from None
+
+
 def count_vision(args, parser) -> list:
     import torch
 
@@ -82,7 +94,7 @@ def count_vision(args, parser) -> list:
             kwargs = dict(overrides)
             if size is not None:
                 kwargs["img_size"] = size
-            model = create_model(name, **kwargs)
+            model = build(create_model, name, kwargs)
             params, macs = count_params(model), count_macs(model)
             resolution = "x".join(str(s) for s in model.cfg.img_size)
             print(f"{name:34s} {resolution:>10s} {params:>14,d} {macs / 1e9:>10.3f}")

@@ -4,6 +4,7 @@ Layout: ``root/<class name>/<image>``; classes are the sorted sub-folder names. 
 an optional dependency (``pip install fairseq-sret[vision]``), imported on first use.
 """
 
+import hashlib
 import math
 import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -147,6 +148,31 @@ def scan_classes(root: str, classes: Sequence[str]) -> List[Tuple[str, int]]:
     return sorted(samples)
 
 
+def check_classes(root: str, classes: Sequence[str], samples: Sequence[Tuple[str, int]]) -> None:
+    """ValueError for a class folder without images (a class no image teaches, which the model
+    would still predict) or a single class (every prediction right, whatever was learnt)."""
+    counts = [0] * len(classes)
+    for _, index in samples:
+        counts[index] += 1
+    empty = [os.path.join(root, name) for name, count in zip(classes, counts) if not count]
+    if empty:
+        raise ValueError(f"{empty[0]}{f' and {len(empty) - 1} more' if len(empty) > 1 else ''}: a class folder"
+                         f" with no images ({', '.join(IMG_EXTENSIONS)}); add its images, or remove the folder")
+    if len(classes) < 2:
+        raise ValueError(f"{root} holds one class ({classes[0]!r}): a classifier needs two or more class folders")
+
+
+def read_image(path: str):
+    """The image at ``path`` as RGB; ValueError naming the file when it cannot be decoded
+    (damaged, cut short, not an image, or too large to decode safely)."""
+    image = _pil()
+    try:
+        with open(path, "rb") as f:
+            return image.open(f).convert("RGB")
+    except (OSError, image.DecompressionBombError) as exc:
+        raise ValueError(f"{path}: not a readable image ({exc}); remove or replace it") from None
+
+
 class ImageFolder(Dataset):
     """``root/<class>/<image>`` -> ``(image tensor, class index)`` (plus the index with
     ``return_index=True``, used to look up pre-computed teacher logits)."""
@@ -163,8 +189,17 @@ class ImageFolder(Dataset):
         self.samples: List[Tuple[str, int]] = scan_classes(root, self.classes)
         if not self.samples:
             raise FileNotFoundError(f"no images ({', '.join(IMG_EXTENSIONS)}) under {root!r}")
+        check_classes(root, self.classes, self.samples)
         self.transform = transform
         self.return_index = return_index
+
+    def fingerprint(self) -> str:
+        """sha256 of every image's path below the root, class and size: the data a run trained
+        on (moving or copying the folder keeps it; another image set changes it)."""
+        digest = hashlib.sha256()
+        for index, (path, target) in enumerate(self.samples):
+            digest.update(f"{self.relative_path(index)}\t{target}\t{os.path.getsize(path)}\n".encode())
+        return digest.hexdigest()[:16]
 
     def relative_path(self, index: int) -> str:
         return os.path.relpath(self.samples[index][0], self.root).replace(os.sep, "/")
@@ -174,8 +209,7 @@ class ImageFolder(Dataset):
 
     def __getitem__(self, index: int):
         path, target = self.samples[index]
-        with open(path, "rb") as f:
-            img = _pil().open(f).convert("RGB")
+        img = read_image(path)
         if self.transform is not None:
             img = self.transform(img)
         return (img, target, index) if self.return_index else (img, target)

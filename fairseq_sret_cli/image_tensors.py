@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from . import UserError, log as _log
-from .image_folder import ImageFolder, _pil
+from .image_folder import ImageFolder, read_image
 
 TORCHVISION_FOLDERS = {"cifar-10-batches-py": "CIFAR10", "cifar-100-python": "CIFAR100"}
 
@@ -93,7 +93,11 @@ def _load_torchvision(root: str, name: str, split: str) -> ImageTensors:
                         " (pip install torchvision), or give an ImageFolder") from err
     if split not in ("train", "test"):
         raise UserError(f"a torchvision {name} download has the splits train and test, not {split!r}")
-    dataset = getattr(torchvision.datasets, name)(root, train=split == "train", download=False)
+    try:
+        dataset = getattr(torchvision.datasets, name)(root, train=split == "train", download=False)
+    except RuntimeError as exc:  # torchvision checks every file's checksum
+        raise UserError(f"{root}: its torchvision {name} download is incomplete or damaged ({exc}); download it"
+                        f" again (torchvision.datasets.{name}(root, download=True)), or give an ImageFolder") from None
     images = torch.from_numpy(dataset.data).contiguous()
     return ImageTensors(images, torch.tensor(dataset.targets, dtype=torch.int64), list(dataset.classes),
                         f"torchvision {name} {split}")
@@ -104,16 +108,14 @@ def _load_image_folder(folder: str, split: str) -> ImageTensors:
         dataset = ImageFolder(folder)
     except (FileNotFoundError, ValueError) as exc:
         raise UserError(str(exc)) from None
-    image = _pil()
     n = len(dataset)
     images: Optional[Tensor] = None
     step = max(n // 10, 1)
     for i, (path, _) in enumerate(dataset.samples):
         try:
-            with open(path, "rb") as f:
-                img = image.open(f).convert("RGB")
-        except OSError as exc:
-            raise UserError(f"{path}: not an image ({exc})") from None
+            img = read_image(path)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         w, h = img.size
         if images is None:
             images = torch.empty(n, h, w, 3, dtype=torch.uint8)

@@ -44,7 +44,7 @@ from fairseq_sret.checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision import create_model, load_checkpoint
 from .image_folder import EvalTransform, ImageFolder, TrainTransform
 from .vision_training import TrainConfig, autocast_settings, evaluate, train
-from . import HelpFormatter, UsageError, UserError, at_least, in_range, user_errors
+from . import HelpFormatter, UsageError, UserError, at_least, in_range, seed, user_errors
 from .outputs import OutputInTheWay, Outputs, exclusive
 from fairseq_sret import json_text
 
@@ -53,7 +53,8 @@ def get_parser():
     p = argparse.ArgumentParser(prog="sret-train-vision", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="folder with train/ and val/ ImageFolder splits")
     p.add_argument("--model", default="sret_t", help="registered model name")
-    p.add_argument("--img-size", type=at_least(1), default=None, help="input resolution (default: the model's)")
+    p.add_argument("--img-size", type=at_least(1), default=None,
+                   help="input resolution (default: the one --checkpoint was trained at, else the model's)")
     p.add_argument("--drop-path", type=in_range(0.0, 1.0), default=None, help="stochastic depth rate (default: the model's)")
     p.add_argument("--epochs", type=at_least(1), default=300)
     p.add_argument("--batch-size", type=at_least(1), default=128)
@@ -93,7 +94,7 @@ def get_parser():
     p.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
                    help="mixed precision; auto = on for CUDA")
     p.add_argument("--workers", type=at_least(0), default=min(8, os.cpu_count() or 1))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--max-steps-per-epoch", type=at_least(1), default=None, help="for smoke tests")
     p.add_argument("--log-interval", type=at_least(0), default=50)
     p.add_argument("--compile", action="store_true",
@@ -118,6 +119,10 @@ def load_teacher_logits(path, dataset):
     data = load_checkpoint_file(path)
     if not isinstance(data, dict) or not {"samples", "logits"} <= set(data):
         raise UserError(f"{path} is not a teacher-logits file (make one with --dump-logits)")
+    classes = list(data.get("classes") or [])
+    if (classes and classes != list(dataset.classes)) or data["logits"].size(-1) != len(dataset.classes):
+        raise UserError(f"{path} holds the logits of {data['logits'].size(-1)} classes {classes or ''}, the data has"
+                        f" {list(dataset.classes)}: dump them with a teacher of these classes")
     index = {s: i for i, s in enumerate(data["samples"])}
     missing = [dataset.relative_path(i) for i in range(len(dataset)) if dataset.relative_path(i) not in index]
     if missing:
@@ -174,6 +179,8 @@ def check_options(args, parser) -> bool:
                      " a trial run that keeps nothing")
     elif args.output and args.no_save:
         parser.error("--output and --no-save contradict each other")
+    if not args.compile and (args.compile_mode is not None or args.compile_backend != "inductor"):
+        parser.error("--compile-mode and --compile-backend set how --compile compiles: give --compile too")
     if args.teacher_checkpoint and not args.teacher:
         parser.error("--teacher-checkpoint holds the weights of --teacher: give --teacher too")
     return training
@@ -190,6 +197,7 @@ def check_run_folder(args, outputs: Outputs) -> bool:
     present = [name for name in RUN_FILES if (out / name).exists()]
     last = out / "checkpoint_last.pt"
     continuing = bool(args.resume) and last.exists() and os.path.exists(args.resume) and os.path.samefile(args.resume, last)
+    refuse_inputs_in_run(args, outputs, continuing)
     if present and not continuing:
         if not args.force:
             raise OutputInTheWay(
@@ -199,11 +207,26 @@ def check_run_folder(args, outputs: Outputs) -> bool:
     return False
 
 
-def load_weights(model, path, model_name: str, strict: bool = True, classes=None) -> None:
-    """Load ``path`` into ``model`` (read through the checkpoint allow-list); a checkpoint
-    saved by this command for another model, or (``strict``) for other class names than
-    ``classes``, is refused naming them."""
-    state = load_checkpoint_file(path)
+def refuse_inputs_in_run(args, outputs: Outputs, continuing: bool) -> None:
+    """A run file that is one of the inputs (``--finetune``, ``--teacher-checkpoint``, ... through
+    any link) is never replaced, not even with ``--force``; only the ``checkpoint_last.pt`` that
+    ``--resume`` continues is."""
+    out = Path(args.output)
+    taken = [(out / name, source) for name in RUN_FILES for source in [outputs.input_at(out / name)]
+             if source is not None and not (continuing and name == "checkpoint_last.pt"
+                                            and os.path.samefile(source, args.resume))]
+    if taken:
+        path, source = taken[0]
+        named = "" if os.path.abspath(source) == os.path.abspath(path) else f" ({source})"
+        raise UsageError(f"{path}: an input of this command{named}, which the run in {out} would replace;"
+                         " give another --output, or copy the file out of it first")
+
+
+def load_weights(model, path, model_name: str, strict: bool = True, classes=None, state=None) -> None:
+    """Load ``path`` (its loaded ``state``, if given) into ``model`` (read through the checkpoint
+    allow-list); a checkpoint saved by this command for another model, or (``strict``) for other
+    class names than ``classes``, is refused naming them."""
+    state = load_checkpoint_file(path) if state is None else state
     saved = state.get("model_name") if isinstance(state, dict) else None
     if strict and isinstance(saved, str) and saved != model_name:
         raise UsageError(f"{path} holds a {saved} model ({state.get('model_kwargs')}), not {model_name}:"
@@ -240,15 +263,39 @@ def splits(args, training: bool):
     return train_dir, val_dir, has_train, has_val
 
 
+def trained_img_size(state, model_name: str):
+    """The resolution a checkpoint of this command was trained at (None: not recorded, or
+    another model's), the default of ``--img-size`` when evaluating it."""
+    if not isinstance(state, dict) or state.get("model_name") != model_name:
+        return None
+    return (state.get("model_kwargs") or {}).get("img_size")
+
+
+def compiled(model, args):
+    """``torch.compile(model)`` with ``--compile-mode`` and ``--compile-backend``; UsageError
+    naming either when torch does not know it."""
+    try:
+        return torch.compile(model, mode=args.compile_mode, backend=args.compile_backend)
+    except RuntimeError as exc:  # torch._dynamo's InvalidBackend, inductor's unknown mode
+        raise UsageError(f"--compile-mode {args.compile_mode} --compile-backend {args.compile_backend}:"
+                         f" {str(exc).splitlines()[0]}") from None
+
+
 def build_model(args, parser, classes):
     """(the model of ``--model`` for ``classes``, its arguments, the ``--mixed-depth`` terms),
     with the weights of ``--checkpoint`` or ``--finetune``."""
     model_kwargs = {"num_classes": len(classes)}
-    if args.img_size is not None:
-        model_kwargs["img_size"] = args.img_size
+    weights = load_checkpoint_file(args.checkpoint) if args.checkpoint else None
+    img_size = args.img_size if args.img_size is not None else trained_img_size(weights, args.model)
+    if img_size is not None:
+        model_kwargs["img_size"] = img_size
     if args.drop_path is not None:
         model_kwargs["drop_path_rate"] = args.drop_path
-    model = create_model(args.model, **model_kwargs)
+    try:
+        model = create_model(args.model, **model_kwargs)
+    except (TypeError, ValueError) as exc:  # an unknown model, a size it cannot take
+        settings = ", ".join(f"{k}={v}" for k, v in model_kwargs.items())
+        raise UsageError(f"--model {args.model} ({settings}): {exc}") from None
     try:
         depth_terms = parse_mixed_depth(args.mixed_depth)
         if depth_terms:
@@ -258,10 +305,21 @@ def build_model(args, parser, classes):
     except ValueError as exc:
         parser.error(str(exc))
     if args.checkpoint:
-        load_weights(model, args.checkpoint, args.model, classes=classes)
+        load_weights(model, args.checkpoint, args.model, classes=classes, state=weights)
     if args.finetune:
         load_weights(model, args.finetune, args.model, strict=False)
     return model, model_kwargs, depth_terms
+
+
+def load_teacher(args, classes, img_size: int, device) -> torch.nn.Module:
+    """The frozen ``--teacher`` (with ``--teacher-checkpoint``'s weights, of the same classes)."""
+    teacher = create_model(args.teacher, num_classes=len(classes), img_size=img_size).eval()
+    if args.teacher_checkpoint:
+        load_weights(teacher, args.teacher_checkpoint, args.teacher, classes=classes)
+    teacher.to(device)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
 
 
 def _run(args, parser, training: bool) -> dict:
@@ -281,20 +339,24 @@ def _run(args, parser, training: bool) -> dict:
     if args.teacher_logits and args.teacher:
         raise UsageError("give --teacher-logits or --teacher, not both")
 
-    classes = ImageFolder(train_dir if has_train else val_dir).classes
+    first = ImageFolder(train_dir if has_train else val_dir)
+    classes = first.classes
     model, model_kwargs, depth_terms = build_model(args, parser, classes)
     img_size = model.cfg.img_size[0]
     model.to(device)
     # the module that runs (compiled or not); ``model`` keeps the parameters and their names
-    net = torch.compile(model, mode=args.compile_mode, backend=args.compile_backend) if args.compile else model
+    net = compiled(model, args) if args.compile else model
 
     eval_tf = EvalTransform(img_size)
     val_set = ImageFolder(val_dir, eval_tf) if has_val else None
     if val_set is not None and val_set.classes != classes:
         raise UserError(f"val/ classes {val_set.classes} differ from train/ classes {classes}")
     val_loader = build_loader(val_set, args.batch_size, False, args.workers, device) if val_set else None
+    # the images are inputs too: --dump-logits onto one is refused, even with --force
+    outputs.add_inputs(*(path for data in (first, val_set) if data is not None for path, _ in data.samples))
 
     if args.dump_logits:
+        outputs.check([args.dump_logits])
         dump_logits(net, ImageFolder(train_dir, eval_tf), args.dump_logits, args.batch_size, args.workers, device, amp,
                     outputs)
         print(json_text.dumps({"dumped_logits": args.dump_logits}))
@@ -309,14 +371,7 @@ def _run(args, parser, training: bool) -> dict:
     train_set = ImageFolder(train_dir, TrainTransform(img_size), return_index=True)
     train_loader = build_loader(train_set, args.batch_size, True, args.workers, device)
     teacher_logits = load_teacher_logits(args.teacher_logits, train_set) if args.teacher_logits else None
-    teacher = None
-    if args.teacher:
-        teacher = create_model(args.teacher, num_classes=len(classes), img_size=img_size).eval()
-        if args.teacher_checkpoint:
-            load_weights(teacher, args.teacher_checkpoint, args.teacher)
-        teacher.to(device)
-        for p in teacher.parameters():
-            p.requires_grad_(False)
+    teacher = load_teacher(args, classes, img_size, device) if args.teacher else None
 
     config = TrainConfig(
         epochs=args.epochs, lr=args.lr, min_lr=args.min_lr, warmup_lr=args.warmup_lr,
@@ -326,13 +381,14 @@ def _run(args, parser, training: bool) -> dict:
     )
     try:
         with exclusive(args.output, "sret-train-vision", remove=True) if args.output else contextlib.nullcontext():
-            if start_over:  # everything is in place: the new run starts, with a new log
-                (Path(args.output) / "log.jsonl").unlink(missing_ok=True)
+            # the old run's log goes once everything, --resume included, is in place: the new run starts
+            new_log = (lambda: (Path(args.output) / "log.jsonl").unlink(missing_ok=True)) if start_over else None
             stats = train(
                 model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
                 teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
-                checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs, "classes": classes},
-                options=vars(args),
+                checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs, "classes": classes,
+                                  "data": train_set.fingerprint()},
+                options=vars(args), on_start=new_log,
             )
     except FloatingPointError as exc:
         last = Path(args.output or "") / "checkpoint_last.pt"

@@ -100,6 +100,17 @@ def evaluate(model: nn.Module, loader, device: torch.device, amp: Amp = NO_AMP) 
     return {"loss": loss_sum / total, "acc1": 100.0 * top1 / total, "acc5": 100.0 * top5 / total, "n": total}
 
 
+def check_finite(model: nn.Module, stats: Dict[str, float], where: str) -> None:
+    """FloatingPointError when ``model`` holds a weight that is NaN or infinite, or a loss in
+    ``stats`` is: a diverged model, whose accuracy (of NaN logits) would read as a result."""
+    bad = next((name for name, p in model.named_parameters() if not torch.isfinite(p).all()), None)
+    if bad is not None:
+        raise FloatingPointError(f"the weight {bad} is not finite after {where}")
+    losses = {k: v for k, v in stats.items() if "loss" in k and isinstance(v, float) and not math.isfinite(v)}
+    if losses:
+        raise FloatingPointError(f"{', '.join(f'{k} is {v}' for k, v in losses.items())} after {where}")
+
+
 @dataclass
 class TrainConfig:
     """The settings of :func:`train` (``sret-train-vision``'s options of the same names)."""
@@ -142,6 +153,27 @@ def check_resumed_settings(resume: str, saved: dict, now: dict) -> None:
                          " with its own settings, or start a new run in another --output")
 
 
+#: what a checkpoint_last.pt holds that --resume needs
+RESUME_KEYS = ("model", "optimizer", "scaler", "epoch")
+
+
+def check_resumable(resume: str, state) -> None:
+    """ValueError naming what ``resume`` is when it is not a ``checkpoint_last.pt`` of this
+    training (a ``checkpoint_best.pt``, bare weights, another command's checkpoint)."""
+    if not isinstance(state, dict):
+        why = "not a dict of training state"
+    elif state.get("command", "sret-train-vision") != "sret-train-vision":
+        why = f"written by {state['command']}"
+    elif not isinstance(state.get("model"), dict):
+        why = "model weights alone, no training state"
+    else:
+        missing = [key for key in RESUME_KEYS if key not in state]
+        why = f"no {', '.join(missing)}: a checkpoint_best.pt or a model's weights" if missing else ""
+    if why:
+        raise ValueError(f"{resume} is not the checkpoint_last.pt of a sret-train-vision run ({why}): resume from"
+                         " OUTPUT/checkpoint_last.pt, or start from its weights with --finetune")
+
+
 def train(
     model: nn.Module,
     train_loader,
@@ -158,6 +190,7 @@ def train(
     resume: Optional[str] = None,
     checkpoint_extra: Optional[dict] = None,
     options: Optional[dict] = None,
+    on_start: Optional[Callable[[], None]] = None,
 ) -> dict:
     """Train ``model`` for ``config.epochs`` epochs; returns the last epoch's statistics.
 
@@ -168,10 +201,13 @@ def train(
     ``checkpoint_last.pt``, read through the checkpoint allow-list
     (:func:`fairseq_sret.checkpoints.load_checkpoint`). ``checkpoint_extra`` is saved in
     both checkpoints (e.g. the model's name and arguments), ``options`` in
-    ``checkpoint_last.pt`` as ``args``.
+    ``checkpoint_last.pt`` as ``args``. ``on_start`` runs once ``resume`` has loaded, before
+    the first epoch (e.g. removing an old run's log).
     """
     run = _Training(model, train_loader, config, device, amp, net, teacher, teacher_logits, depth_terms)
     start_epoch, best = run.resume(resume, checkpoint_extra, options) if resume else (0, -1.0)
+    if on_start is not None:
+        on_start()
     if output:
         os.makedirs(output, exist_ok=True)
     stats: dict = {}
@@ -179,6 +215,7 @@ def train(
         stats = run.train_epoch(epoch)
         if val_loader is not None:
             stats.update(run.validate(val_loader))
+        check_finite(model, stats, f"epoch {epoch}")
         print(json_text.dumps(stats), flush=True)
         if output:
             best = run.save(output, epoch, stats, best, checkpoint_extra, options)
@@ -205,14 +242,22 @@ class _Training:
     def resume(self, resume: str, checkpoint_extra: Optional[dict], options: Optional[dict]) -> Tuple[int, float]:
         """Load ``resume`` (a ``checkpoint_last.pt`` of the same run); (first epoch, best accuracy)."""
         state = load_checkpoint_file(resume)
-        for key in ("model_name", "classes"):  # what the data and the command line must still be
+        check_resumable(resume, state)
+        for key in ("model_name", "classes", "data"):  # what the data and the command line must still be
             saved, now = state.get(key), (checkpoint_extra or {}).get(key)
+            if saved is not None and now is not None and saved != now and key == "data":
+                raise ValueError(f"{resume} was trained on other images (fingerprint {saved}; --data gives {now}):"
+                                 " resume it on the images it was trained on")
             if saved is not None and now is not None and saved != now:
                 raise ValueError(f"{resume} was trained with {key} {saved!r}, this run has {now!r}")
         check_resumed_settings(resume, state.get("args") or {}, options or {})
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scaler.load_state_dict(state["scaler"])
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(f"{resume} does not fit this run's model ({str(exc).splitlines()[0]}): resume a run"
+                             " with its own --model and data") from None
         start_epoch, best = state["epoch"] + 1, state.get("best_acc1", -1.0)
         if start_epoch >= self.config.epochs:
             raise ValueError(f"{resume} has trained {start_epoch} epochs, all of the {self.config.epochs} asked for:"

@@ -134,6 +134,9 @@ class SReTConfig:
                 raise ValueError(f"img_size {self.img_size} must be a positive multiple of {self.stride}")
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be >= 0 (0: no classifier), got {self.num_classes}")
+        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):  # as given, not scaled per block
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         check_global_pool(self.global_pool)
 
 
