@@ -105,8 +105,11 @@ def image_experiment(args, argv, raw: dict) -> int:
     failed = []
     if not args.report_only:
         with exclusive(output, command):
-            failed = run_image_experiment(experiment, data, output, jobs=args.jobs, rows=args.rows, seeds=args.seeds,
-                                          on_run_done=report, recorded=recorded)
+            try:
+                failed = run_image_experiment(experiment, data, output, jobs=args.jobs, rows=args.rows,
+                                              seeds=args.seeds, on_run_done=report, recorded=recorded)
+            except ExperimentError as exc:
+                raise UsageError(str(exc)) from None
     report()
     if failed:
         print(f"sret-experiments: error: {len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)

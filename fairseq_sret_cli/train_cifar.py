@@ -27,9 +27,11 @@ run is continued only with ``--resume`` and the same settings, or started over w
 import argparse
 import ast
 import contextlib
+import io
 import json
 import math
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -47,10 +49,11 @@ from fairseq_sret.checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision import create_model
 from fairseq_sret.vision.registry import get_pretrained_cfg
 from fairseq_sret.vision.complexity import count_macs, count_params
-from . import HelpFormatter, UsageError, UserError, at_least, in_range, log as _log, user_errors
+from . import HelpFormatter, UsageError, UserError, at_least, in_range, log as _log, seed, user_errors
 from .hardware import cpu_model
 from .image_tensors import ImageTensors, load_split
 from .outputs import OutputInTheWay, Outputs, exclusive
+from .vision_training import check_finite
 from fairseq_sret import json_text
 
 RUN_FILES = ("checkpoint_last.pt", "log.jsonl", "result.json")
@@ -113,8 +116,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-ema-decay", type=in_range(0.0, 1.0), default=0.999)
     p.add_argument("--mixed-depth", default="",
                    help="also train shallower depths with the same weights, DEPTH[:WEIGHT],... (e.g. 1:0.5)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--split-seed", type=int, default=0, help="which images --val-split holds out")
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--split-seed", type=seed, default=0, help="which images --val-split holds out")
     p.add_argument("--threads", type=at_least(0), default=0, help="torch threads (0: torch's default)")
     p.add_argument("--max-steps-per-epoch", type=at_least(1), default=None, help="for smoke tests")
     p.add_argument("--log-interval", type=at_least(0), default=50, help="updates between progress lines (0: none)")
@@ -281,6 +284,50 @@ def resume_state(args) -> dict:
     return state
 
 
+#: the sections of timm's RandAugment config after "rand" (timm skips others without a word)
+RAND_AUGMENT_SECTION = re.compile(r"(mstd|mmax|inc|m|n|p)\d.*|t(weights|3aw|3a)")
+
+
+def check_rand_augment(config: str) -> None:
+    """UsageError for an ``--aa`` that timm would misread: another kind than ``rand``, or a
+    section timm does not know (which it would skip, training with its defaults instead)."""
+    kind, *sections = config.split("-")
+    if kind != "rand":
+        raise UsageError(f"--aa {config}: a RandAugment config starts with 'rand' (e.g. rand-m9-mstd0.5-inc1);"
+                         " '' or none turns it off")
+    unknown = [section for section in sections if not RAND_AUGMENT_SECTION.fullmatch(section)]
+    if unknown:
+        raise UsageError(f"--aa {config}: unknown section {unknown[0]!r}; the sections are mN, nN, pX, mstdX,"
+                         " mmaxN, incN and tweights, t3a or t3aw")
+
+
+#: constructor arguments the data or an option decides: never in --model-kwargs
+DECIDED_KWARGS = {"num_classes": "the data's class folders", "drop_path_rate": "--drop-path"}
+
+
+def check_options(args) -> None:
+    """UsageError for options the run would misread, before anything is loaded or written."""
+    decided = [f"{key} (set by {by})" for key, by in DECIDED_KWARGS.items()
+               if key in args.model_kwargs and (key != "drop_path_rate" or args.drop_path is not None)]
+    if decided:
+        raise UsageError(f"--model-kwargs: {', '.join(decided)} cannot be given here")
+    if args.aa and args.aa != "none":
+        check_rand_augment(args.aa)
+
+
+def check_command(argv) -> None:
+    """UsageError, with argparse's message, for arguments this command would refuse before
+    training (what a runner checks before it starts any run)."""
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = get_parser().parse_args(argv)
+    except SystemExit:
+        lines = errors.getvalue().strip().splitlines()
+        raise UsageError(lines[-1].split("error: ", 1)[-1] if lines else "invalid arguments") from None
+    check_options(args)
+
+
 def build_model(args, num_classes: int):
     kwargs = dict(args.model_kwargs)
     kwargs["num_classes"] = num_classes
@@ -302,6 +349,7 @@ def run(argv=None) -> dict:
         parser.error("--output and --no-save contradict each other")
     if args.resume and args.force:
         parser.error("--resume continues the run in --output, --force starts it over: give one")
+    check_options(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     timm = _timm()
@@ -388,15 +436,22 @@ class CifarRun:
 
     def _optimisation(self) -> None:
         args, timm = self.args, self.timm
-        self.optimizer = timm.optim.create_optimizer_v2(self.model, opt=args.opt, lr=args.lr,
-                                                        weight_decay=args.weight_decay)
+        try:
+            self.optimizer = timm.optim.create_optimizer_v2(self.model, opt=args.opt, lr=args.lr,
+                                                            weight_decay=args.weight_decay)
+        except (ValueError, AssertionError) as exc:
+            raise UsageError(f"--opt {args.opt}: {exc}") from None
         self.steps_per_epoch = len(self.train_split) // args.batch_size
         if args.max_steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, args.max_steps_per_epoch)
-        self.scheduler, _ = timm.scheduler.create_scheduler_v2(
-            self.optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
-            warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=self.steps_per_epoch,
-        )
+        try:
+            self.scheduler, _ = timm.scheduler.create_scheduler_v2(
+                self.optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
+                warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False,
+                updates_per_epoch=self.steps_per_epoch,
+            )
+        except (ValueError, AssertionError) as exc:
+            raise UsageError(f"--sched {args.sched}: {exc}") from None
         self.ema = timm.utils.ModelEmaV3(self.model, decay=args.model_ema_decay) if args.model_ema else None
 
     def _restore(self) -> None:
@@ -436,6 +491,7 @@ class CifarRun:
             train_cpu = time.process_time() - cpu_start
             stats["train_images_per_cpu_s"] = stats.pop("seen") / max(train_cpu, 1e-9)
             stats.update(self._validate())
+            self._check_finite(self.model, stats, f"epoch {epoch + 1}")
             self.cpu_seconds += time.process_time() - cpu_start
             stats.update(cpu_seconds=self.cpu_seconds, wall_seconds=time.time() - wall_start)
             self.history.append(stats)
@@ -493,6 +549,14 @@ class CifarRun:
                             " lower --lr or set --clip-grad")
         return loss, losses
 
+    @staticmethod
+    def _check_finite(model: nn.Module, stats: dict, where: str) -> None:
+        """UserError for a diverged model (a weight or a loss that is not finite): its accuracy is no result."""
+        try:
+            check_finite(model, stats, where)
+        except FloatingPointError as exc:
+            raise UserError(f"{exc}: training diverged; lower --lr or set --clip-grad") from None
+
     def _validate(self) -> dict:
         if self.val is None:
             return {}
@@ -527,6 +591,9 @@ class CifarRun:
             "settings": settings_of(args), "cpu": cpu_model(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "timm": self.timm.__version__,
         }
+        for name in ("test", "test_ema"):
+            for depth, scores in (result[name] or {}).items():
+                self._check_finite(self.model, {f"{name} loss {depth}".strip(): scores["loss"]}, "the last epoch")
         log(f"test top-1: {json_text.dumps(result['test'])}"
             + (f", EMA {json_text.dumps(result['test_ema'])}" if ema else "")
             + f" ({time.time() - run_started:.0f} s)")

@@ -34,7 +34,7 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Dict, List, Optional, Sequence
 
-from .. import pyplot
+from .. import UserError, pyplot
 from ..outputs import Outputs
 from .experiment_file import ExperimentError
 from fairseq_sret import json_text
@@ -175,7 +175,10 @@ class RecordedRuns:
 def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, jobs: int = 1,
                          rows=None, seeds=None, on_run_done=None, recorded: Optional[RecordedRuns] = None) -> List[str]:
     """Train every run not yet done (in its folder, or among the ``recorded`` runs), ``jobs`` at
-    a time; returns the runs that failed."""
+    a time; returns the runs that failed. Arguments the training command would refuse are an
+    ExperimentError before any run starts."""
+    from ..train_cifar import check_command
+
     pending = []
     for row, seed in experiment.runs(rows, seeds):
         folder = run_folder(output, row, seed)
@@ -186,6 +189,10 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
         if recorded is not None and recorded.done(row, seed, command) is not None:
             _log(f"{row.id}/seed{seed}: done already (recorded in {recorded.source})")
             continue
+        try:
+            check_command(command[3:])
+        except UserError as exc:
+            raise ExperimentError(f"{experiment.path}: row {row.id}: {exc}") from None
         pending.append((row, seed, folder))
     running: Dict[str, tuple] = {}
     failed = []

@@ -127,3 +127,20 @@ def test_runs_the_results_file_records_are_done_on_the_same_data_only(images, tm
     assert experiments.main([*common, "--output", str(tmp_path / "other-data"), "--rows", "baseline"]) == 0
     assert "records it on other data" in capsys.readouterr().err
     assert (tmp_path / "other-data" / "baseline" / "seed1" / "result.json").is_file()
+
+
+@pytest.mark.reliability("one-line-errors")
+@pytest.mark.parametrize("args, message", [
+    ("--aa rand-zz", "unknown section 'zz'"),
+    ("--model-kwargs num_classes=7", "num_classes"),
+    ("--lr inf", "--lr"),
+    ("--epochs 0", "--epochs"),
+])
+def test_arguments_the_training_would_refuse_stop_the_runner_before_any_run(images, tmp_path, capsys, args, message):
+    rows = [{"id": "baseline", "model": "sret_cifar_baseline"}, {"id": "sret", "model": "sret_cifar", "args": args}]
+    path = experiment_file(tmp_path, rows)
+    rc = experiments.main([str(path), "--data", str(images), "--output", str(tmp_path / "runs"),
+                           "--results", str(tmp_path / "res")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "row sret:" in err and message in err, err
+    assert not (tmp_path / "runs" / "baseline").exists()  # nothing trained
