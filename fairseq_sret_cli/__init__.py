@@ -149,10 +149,10 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 def tracebacks_wanted() -> bool:
     """Does ``SRET_TRACEBACK`` ask for tracebacks? ``1``/``yes``/``true`` do; unset, empty, ``0``,
-    ``no``, ``false`` and ``off`` do not (``SRET_TRACEBACK=0`` turned them on before)."""
-    import os
+    ``no``, ``false`` and ``off`` do not (:mod:`fairseq_sret.environment`)."""
+    from fairseq_sret.environment import switched_on
 
-    return os.environ.get("SRET_TRACEBACK", "").strip().lower() not in ("", "0", "no", "false", "off")
+    return switched_on("SRET_TRACEBACK")
 
 
 def out_of_memory_message(exc: BaseException) -> Optional[str]:

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules import module as _hooks
 
+from ..environment import switched_on
 from .config import (
     FUSED_AUTO, FUSED_FORCE, FUSED_OFF, LRC_ONE_OP_AUTO, get_fast_paths, is_capturing_cuda_graph, is_compiling,
     is_exporting, is_fx_tracing,
@@ -142,7 +143,7 @@ def _lrc_add_torch(x: Tensor, y: Tensor, skip_scale: Scale, branch_scale: Scale)
 def triton_available() -> bool:
     """True when Triton imports and can run: on CUDA, or on the CPU under ``TRITON_INTERPRET=1``
     (set before the first call). ``SRET_DISABLE_TRITON=1`` turns it off."""
-    if os.environ.get("SRET_DISABLE_TRITON", "0") == "1":
+    if switched_on("SRET_DISABLE_TRITON"):
         return False
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
         return False

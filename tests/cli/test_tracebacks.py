@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairseq_sret_cli import UserError, user_errors
+from fairseq_sret_cli import UserError, tracebacks_wanted, user_errors
 
 
 @user_errors("sret-example")
@@ -68,3 +68,24 @@ def test_sigterm_ends_a_command_as_ctrl_c_after_its_clean_up(tmp_path):
     assert process.returncode == 143
     assert stderr.strip().splitlines()[-1].startswith("sret-example: interrupted") and "Traceback" not in stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.reliability("inputs-as-they-seem")
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("YES", True), ("on", True),
+                                       ("0", False), ("false", False), ("off", False), ("", False), (None, False)])
+def test_every_switch_reads_the_environment_alike(monkeypatch, value, on):
+    from fairseq_sret.core import fused
+
+    for name in ("SRET_TRACEBACK", "SRET_DISABLE_TRITON"):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # where Triton is installed, it could run here
+    fused.triton_available.cache_clear()
+    try:
+        assert tracebacks_wanted() is on
+        if on:  # the kernels are off whatever else the machine offers
+            assert fused.triton_available() is False
+    finally:
+        fused.triton_available.cache_clear()
