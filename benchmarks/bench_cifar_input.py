@@ -74,7 +74,7 @@ def main(argv=None) -> None:
         batch, repeats = (8, 2) if args.smoke else (args.batch_size, args.repeats)
         start = time.process_time()
         try:
-            train, test = load_split(data, "train"), load_split(data, "test")
+            train, test = load_split(data, "train", "--data"), load_split(data, "test", "--data")
         except UserError as exc:  # a missing, damaged or unusable image set: one line, as argparse's errors
             p.error(str(exc))
         decode = time.process_time() - start

@@ -129,11 +129,12 @@ def _load_image_folder(folder: str, split: str) -> ImageTensors:
     return ImageTensors(images, targets, dataset.classes, f"ImageFolder {split}/")
 
 
-def load_split(root: str, split: str) -> ImageTensors:
+def load_split(root: str, split: str, option: str = "--data-dir") -> ImageTensors:
     """The ``split`` (``train`` or ``test``) of the data set at ``root``, decoded into memory.
-    An ImageFolder without ``test/`` gives its ``val/`` as the test split."""
+    An ImageFolder without ``test/`` gives its ``val/`` as the test split. ``option``: the
+    command's option that gave ``root``, named in the error for a missing folder."""
     if not os.path.isdir(root):
-        raise UserError(f"--data-dir {root}: no such folder")
+        raise UserError(f"{option} {root}: no such folder")
     layout = torchvision_layout(root)
     if layout:
         return _load_torchvision(*layout, split)

@@ -228,10 +228,11 @@ def describe_difference(old: dict, new: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- the data
-def load_splits(data_dir: str, val_split: int, split_seed: int):
-    """(all of train, train less the held-out images, the held-out images or None, test)."""
-    train_all = load_split(data_dir, "train")
-    test = load_split(data_dir, "test")
+def load_splits(data_dir: str, val_split: int, split_seed: int, option: str = "--data-dir"):
+    """(all of train, train less the held-out images, the held-out images or None, test);
+    ``option`` gave ``data_dir`` (for the error naming a missing folder)."""
+    train_all = load_split(data_dir, "train", option)
+    test = load_split(data_dir, "test", option)
     if test.classes != train_all.classes:
         raise UserError(f"the test split's classes {test.classes} differ from train's {train_all.classes}")
     if val_split:
@@ -249,9 +250,9 @@ def data_facts(train_all: ImageTensors, train: ImageTensors, val, test: ImageTen
             "train_images": len(train), "val_images": len(val) if val else 0, "test_images": len(test)}
 
 
-def data_fingerprints(data_dir: str, settings: dict) -> dict:
+def data_fingerprints(data_dir: str, settings: dict, option: str = "--data") -> dict:
     """The fingerprints a run of these settings (``result.json``'s) records of ``data_dir``."""
-    return data_facts(*load_splits(data_dir, settings["val_split"], settings["split_seed"]))["fingerprints"]
+    return data_facts(*load_splits(data_dir, settings["val_split"], settings["split_seed"], option))["fingerprints"]
 
 
 # ----------------------------------------------------------------------------- the run
