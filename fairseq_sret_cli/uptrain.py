@@ -83,7 +83,9 @@ def main(argv=None) -> int:
         print(f"note: {args.input} names no data-bin that is here and --data-bin was not given: the dictionaries"
               " are not recorded, so fine-tuning cannot check that its data-bin is the transformer's", file=sys.stderr)
     else:
-        print(f"  recorded the dictionaries of {data_bin}: fine-tuning on another dictionary is refused",
+        named = "" if args.data_bin else (f" ({Path(data_bin.split(':')[0]).resolve()}: the data-bin {args.input}"
+                                          " names, as found from this folder; --data-bin chooses another)")
+        print(f"  recorded the dictionaries of {data_bin}{named}: fine-tuning on another dictionary is refused",
               file=sys.stderr)
     if report["finetune_options"] is None:
         print(f"note: {report['note']}", file=sys.stderr)
