@@ -138,6 +138,8 @@ def main(argv=None) -> int:
         return image_experiment(args, argv, vision)
     whole, experiment, data = _translation_experiment(args)
     output = Path(args.output or Path("runs/experiments") / experiment.name)
+    if not args.report_only:
+        _check_paths_fairseq_reads(data, output)
     if args.dry_run:
         for run in experiment.runs():
             cmd = train_command(experiment, run, data, run_paths(output, run), cpu=args.cpu,
@@ -181,6 +183,22 @@ def _translation_experiment(args):
     return whole, experiment, data
 
 
+def _check_paths_fairseq_reads(data, output: Path) -> None:
+    """UsageError for a --data or --output that fairseq would split at ':' (a list of data shards,
+    of checkpoints to ensemble): the runs would train on other data, or train and then fail to be
+    evaluated."""
+    import os
+
+    from .evaluation.generate import split_by_fairseq
+
+    problem = split_by_fairseq(data, "--data")
+    if not problem and os.pathsep in str(output):
+        problem = (f"--output {output}: fairseq reads '{os.pathsep}' in a checkpoint path as a list of checkpoints"
+                   f" to ensemble, so the runs could train but not be evaluated; give a folder without '{os.pathsep}'")
+    if problem:
+        raise UsageError(problem)
+
+
 def _earlier_results(results_file: Path, force: bool):
     """The finished runs an earlier session recorded in ``results_file``: (by run name, all of them)."""
     import json
@@ -207,8 +225,8 @@ class _Report:
     a later command counts as done. Called after every finished run and at the end."""
 
     def __init__(self, args, whole, output: Path, known: dict, earlier: list, command: str):
-        self.args, self.whole, self.output, self.known, self.earlier, self.command = \
-            args, whole, output, known, earlier, command
+        self.args, self.output, self.known, self.earlier, self.command = args, output, known, earlier, command
+        self.whole = whole.capped(args.max_update, args.max_epoch)  # the caps the runs trained to
 
     def __call__(self, *_):
         from .experiment_runner import write_results

@@ -148,6 +148,16 @@ class Experiment:
             rows = [replace(r, seeds=list(seeds)) for r in rows]
         return replace(self, rows=rows)
 
+    def capped(self, max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> "Experiment":
+        """This experiment as ``--max-update``/``--max-epoch`` run it: an override replaces the
+        schedule's cap and every row's own."""
+        schedule, rows = self.schedule, self.rows
+        if max_update is not None:
+            schedule, rows = replace(schedule, max_update=max_update), [replace(r, max_update=0) for r in rows]
+        if max_epoch is not None:
+            schedule = replace(schedule, max_epoch=max_epoch)
+        return replace(self, schedule=schedule, rows=rows)
+
     def with_runs_of(self, selection: "Experiment") -> "Experiment":
         """Every row of this experiment with its seeds, plus the seeds ``selection`` (a
         :meth:`select` of it, e.g. ``--seeds 3``) gives a row beyond the file's."""

@@ -64,8 +64,17 @@ def collect_records(experiment: Experiment, output, known: Optional[Dict[str, di
     records = []
     for run in experiment.runs():
         done = finished_record(experiment, run, output, known, max_update, max_epoch)
-        records.append(done or dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed))
+        records.append(done or _unfinished_record(run, output))
     return records
+
+
+def _unfinished_record(run: Run, output) -> dict:
+    """What the run folder holds of a run not done with today's config; a run done with another
+    one (an edited row, another --max-update) is not reported as done under this config."""
+    record = dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed)
+    if record.get("status") == "done":
+        record["status"] = "done with other settings"
+    return record
 
 
 def training_settings(command: Sequence[str]) -> List[str]:
