@@ -20,6 +20,23 @@ from .outputs import Outputs
 FORMATS = ("png", "pdf", "svg")
 
 
+def checkpoints_of(inputs, run_checkpoints, error) -> list:
+    """The checkpoint files of ``inputs`` (a run folder stands for its checkpoint*.pt); ``error``
+    for a folder without any, or a checkpoint reached twice (its point would be drawn twice)."""
+    paths, seen = [], {}
+    for given in inputs:
+        found = run_checkpoints(Path(given)) if Path(given).is_dir() else [Path(given)]
+        if not found:
+            error(f"no checkpoint*.pt in {given}")
+        for path in found:
+            key = str(path.resolve())
+            if key in seen:
+                error(f"{path} is given twice (as {seen[key]} and {given}): give each run folder or checkpoint once")
+            seen[key] = given
+            paths.append(path)
+    return paths
+
+
 @user_errors("sret-plot-lrc")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="sret-plot-lrc", description=__doc__, formatter_class=HelpFormatter)
@@ -33,14 +50,8 @@ def main(argv=None) -> int:
 
     from .evaluation import lrc
 
-    if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
-        run_dir = Path(args.inputs[0])
-        paths = lrc.run_checkpoints(run_dir)
-        if not paths:
-            p.error(f"no checkpoint*.pt in {run_dir}")
-    else:
-        paths = [Path(x) for x in args.inputs]
-        run_dir = paths[0].parent
+    paths = checkpoints_of(args.inputs, lrc.run_checkpoints, p.error)
+    run_dir = Path(args.inputs[0]) if Path(args.inputs[0]).is_dir() else paths[0].parent
     output = Path(args.output) if args.output else run_dir / "lrc.png"
     outputs = Outputs("sret-plot-lrc", force=args.force, inputs=paths,
                       settings={"inputs": [str(Path(x).resolve()) for x in args.inputs], "title": args.title})

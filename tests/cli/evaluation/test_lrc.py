@@ -99,3 +99,20 @@ def test_cli_writes_the_format_its_output_names(tmp_path):
     with pytest.raises(SystemExit):  # a format it cannot write is refused, not written as PNG
         load_script().main([str(tmp_path), "--output", str(tmp_path / "lrc.jpeg")])
     assert not (tmp_path / "lrc.jpeg").exists()
+
+
+@pytest.mark.reliability("inputs-as-they-seem")
+def test_run_folders_among_several_inputs_are_read_and_one_given_twice_is_named(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        write_run(tmp_path / name)
+    # two run folders: the checkpoints of both, not a folder read as a checkpoint file
+    assert load_script().main([str(tmp_path / "a"), str(tmp_path / "b"), "--output", str(tmp_path / "ab.png")]) == 0
+    first = tmp_path / "a" / "checkpoint1.pt"
+    for twice in ([tmp_path / "a", tmp_path / "a"], [tmp_path / "a", first]):
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            load_script().main([*map(str, twice), "--output", str(tmp_path / "twice.png")])
+        assert "is given twice" in capsys.readouterr().err
+    assert not (tmp_path / "twice.png").exists()
