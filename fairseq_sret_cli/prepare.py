@@ -15,6 +15,7 @@ wmt14     WMT'14 En-De: Europarl v7 + Common Crawl + News Commentary v9, newstes
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from . import HelpFormatter, UsageError, UserError, at_least, user_errors
 from .outputs import Outputs, exclusive
@@ -69,17 +71,54 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_of(args) -> dict:
+def settings_of(args, corpus: Optional[str] = None) -> dict:
     """The options that decide a data-bin's content (recorded with its files): ``src`` is the
-    corpus read (its full path; None: the official download)."""
+    corpus read (its full path; None: the official download), ``corpus`` what it held
+    (:func:`corpus_fingerprint`)."""
     settings = {"dataset": args.dataset, "vocab_size": args.vocab_size, "source_lang": args.source_lang,
                 "target_lang": args.target_lang, "src": str(Path(args.src).resolve()) if args.src else None}
+    if corpus is not None:
+        settings["corpus"] = corpus
     if args.dataset == "wmt14":
         settings["input_sentence_size"] = args.input_sentence_size
     return settings
 
 
-def _already_prepared(out: Path, args) -> bool:
+def corpus_fingerprint(src: Path, out: Path, expected, work_dir: Path) -> str:
+    """What the corpus ``src`` (a file or a folder) holds, in short: every file's path, size and
+    the sha256 of its first and last MiB (a corpus of several GB is read in a second). Hidden
+    files and what this command writes (the data-bin's files in ``out``, downloads and
+    extractions in ``work_dir``) are left out, so ``--out`` may be ``--src`` itself."""
+    files = [src] if src.is_file() else [Path(root, name) for root, dirs, names in os.walk(src)
+                                         for name in names if not _hidden(Path(root, name), src)]
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        if not path.is_file() or _written_here(path, out, expected, work_dir):  # a dangling link, a pipe: not read
+            continue
+        size = path.stat().st_size
+        digest.update(f"{path.relative_to(src) if path != src else path.name}\0{size}\0".encode("utf-8", "surrogateescape"))
+        with open(path, "rb") as f:
+            digest.update(f.read(2 ** 20))
+            if size > 2 ** 21:
+                f.seek(-2 ** 20, os.SEEK_END)
+                digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _written_here(path: Path, out: Path, expected, work_dir: Path) -> bool:
+    """Is ``path`` a file sret-prepare writes: a data-bin's file in ``out``, or anything in
+    ``work_dir`` (downloads, extracted archives)?"""
+    path = path.resolve()
+    if path.is_relative_to(work_dir.resolve()):
+        return True
+    return path.is_relative_to(out.resolve()) and expected(path.relative_to(out.resolve()).as_posix())
+
+
+def _already_prepared(out: Path, args, settings: dict) -> bool:
     from .data.common import METADATA
 
     if not (out / METADATA).is_file() or args.force:
@@ -92,17 +131,17 @@ def _already_prepared(out: Path, args) -> bool:
     asked = options.get("requested_vocab_size", options.get("vocab_size"))
     return (meta.get("recipe") == args.dataset and asked == args.vocab_size
             and (meta.get("source_lang"), meta.get("target_lang")) == (args.source_lang, args.target_lang)
-            and _same_source(out, args))
+            and _same_source(out, settings))
 
 
-def _same_source(out: Path, args) -> bool:
-    """Was ``out`` prepared from the corpus ``--src`` names? (A data-bin made before its
-    manifest recorded the corpus counts as made from it.)"""
+def _same_source(out: Path, settings: dict) -> bool:
+    """Was ``out`` prepared from the corpus ``settings`` name, as it is now? (A data-bin made
+    before its manifest recorded the corpus, or its contents, counts as made from it.)"""
     from .data.common import METADATA
     from .outputs import maker
 
     recorded = (maker(out / METADATA) or {}).get("settings") or {}
-    return recorded.get("src", settings_of(args)["src"]) == settings_of(args)["src"]
+    return all(recorded.get(key, settings.get(key)) == settings.get(key) for key in ("src", "corpus"))
 
 
 def data_bin_names(src_lang: str, tgt_lang: str):
@@ -157,18 +196,19 @@ def main(argv=None) -> int:
     prepare = {"multi30k": multi30k.prepare, "iwslt14": iwslt14.prepare, "wmt14": wmt14.prepare}[args.dataset]
     extra = {"input_sentence_size": args.input_sentence_size} if args.dataset == "wmt14" else {}
     out = Path(args.out)
-    if _already_prepared(out, args):
-        print(f"[prepare] {out} is already prepared (use --force to rebuild)", file=sys.stderr)
-        print(out)
-        return 0
     src = Path(args.src) if args.src else None
     if src is not None and not src.exists():
         raise UsageError(f"--src {src} does not exist")
-    outputs = Outputs("sret-prepare", force=args.force, settings=settings_of(args), inputs=[src])
     expected = data_bin_names(args.source_lang, args.target_lang)
+    work_dir = Path(args.work_dir) if args.work_dir else out / "orig"  # downloads stay for a retry
+    settings = settings_of(args, corpus_fingerprint(src, out, expected, work_dir) if src is not None else None)
+    if _already_prepared(out, args, settings):
+        print(f"[prepare] {out} is already prepared (use --force to rebuild)", file=sys.stderr)
+        print(out)
+        return 0
+    outputs = Outputs("sret-prepare", force=args.force, settings=settings, inputs=[src])
     # everything in the way, before the long work: what a data-bin of these names would replace
     outputs.check([out / name for name in _data_bin_candidates(out, expected)], folders=[out])
-    work_dir = Path(args.work_dir) if args.work_dir else out / "orig"  # downloads stay for a retry
     uses_work_dir = src is None or src.is_file() or any(p.is_file() and is_archive(p) for p in src.iterdir())
     downloads = Outputs("sret-prepare", force=args.force)
     if uses_work_dir and args.work_dir is None and work_dir.exists() and not downloads.made_by_me(work_dir):

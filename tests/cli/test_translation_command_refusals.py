@@ -173,7 +173,8 @@ def test_a_data_bin_of_another_corpus_is_not_already_prepared(tmp_path):
     assert run(tmp_path, *prepare, "--src", "raw")[0] == 0
     before = snapshot(tmp_path / "data-bin")
     rc, stderr, _ = run(tmp_path, *prepare, "--src", "other")
-    assert rc == 2 and "made by sret-prepare with other settings (src=" in one_line(stderr, "sret-prepare")
+    line = one_line(stderr, "sret-prepare")
+    assert rc == 2 and "made by sret-prepare with other settings (" in line and "src=" in line, line
     assert snapshot(tmp_path / "data-bin") == before
     (tmp_path / "link").symlink_to("raw")  # the same corpus by another path is prepared already
     rc, stderr, _ = run(tmp_path, *prepare, "--src", "link")
@@ -332,3 +333,25 @@ def test_checkpoints_of_different_models_do_not_average(tmp_path):
     assert rc == 1 and "b.pt is another kind of model than a.pt (encoder_groups '2,1' against" in one_line(
         stderr, "sret-average-checkpoints")
     assert changed == []
+
+
+@requires_fairseq
+@pytest.mark.slow
+@pytest.mark.reliability("tied-to-inputs")
+def test_a_corpus_edited_in_place_is_not_already_prepared(tmp_path):
+    """The same --src and --out after the corpus changed answered "already prepared"."""
+    corpus(tmp_path)
+    beside = ["sret-prepare", "multi30k", "--out", "raw", "--vocab-size", "60", "--src", "raw"]  # --out is --src
+    assert run(tmp_path, *beside)[0] == 0
+    rc, stderr, _ = run(tmp_path, *beside)  # its own data-bin beside the corpus is not the corpus
+    assert rc == 0 and "already prepared" in stderr, stderr
+    prepare = ["sret-prepare", "multi30k", "--out", "data-bin", "--vocab-size", "60", "--src", "raw"]
+    assert run(tmp_path, *prepare)[0] == 0
+    before = snapshot(tmp_path / "data-bin")
+    edited = tmp_path / "raw" / "train.de"
+    edited.write_text(edited.read_text().replace("w", "x"))
+    rc, stderr, _ = run(tmp_path, *prepare)
+    assert rc == 2 and "made by sret-prepare with other settings (corpus=" in one_line(stderr, "sret-prepare")
+    assert snapshot(tmp_path / "data-bin") == before
+    assert run(tmp_path, *prepare, "--force")[0] == 0
+    assert "\u2581x" in (tmp_path / "data-bin/dict.de.txt").read_text()
