@@ -113,6 +113,7 @@ def test_an_output_of_other_sentences_than_the_binarised_subset_is_refused(tmp_p
     assert changed == []  # not even the eval folder
 
 
+@requires_fairseq  # the score needs sacreBLEU, of the fairseq extra
 def test_the_whole_binarised_subset_is_scored(tmp_path):
     binarised_subset(tmp_path, 5)
     write(tmp_path, "gen/generate-test.txt", generated(5))
@@ -305,6 +306,7 @@ def test_a_path_fairseq_would_split_is_refused(tmp_path):
     assert not (tmp_path / "eval").exists()
 
 
+@requires_fairseq  # the score needs sacreBLEU, of the fairseq extra
 @pytest.mark.reliability("one-line-errors")
 def test_a_data_bin_whose_name_is_not_utf8_is_reported(tmp_path):
     """A folder name of non-UTF-8 bytes (Python holds it as a lone surrogate) could not be
