@@ -645,6 +645,19 @@ def run_case_here(case: Case, folder: Path):
     return rc, err.getvalue(), changes(before, snapshot(folder))
 
 
+def run_here(folder: Path, *argv: str):
+    """Run the ``sret-*`` command ``argv`` in ``folder`` as its entry point does; returns
+    ``(exit status, stderr, what it changed)``."""
+    return run_case_here(Case("trial", "", list(argv), ""), folder)
+
+
+def one_line(stderr: str, command: str) -> str:
+    """The one error line ``command`` must end with (no traceback before it)."""
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    assert "Traceback" not in stderr and lines and lines[-1].startswith(f"{command}: error: "), stderr[-2000:]
+    return lines[-1]
+
+
 def error_line(case: Case, stderr: str) -> str:
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""

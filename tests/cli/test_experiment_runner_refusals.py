@@ -6,19 +6,8 @@ import shutil
 
 import pytest
 
-from bad_input_cases import Case, experiment, run_case_here
+from bad_input_cases import experiment, one_line, run_here as run
 
-
-def run(folder, *argv: str):
-    """Run the ``sret-*`` command ``argv`` in ``folder`` as its entry point does; returns
-    ``(exit status, stderr, what it changed)``."""
-    return run_case_here(Case("trial", "", list(argv), ""), folder)
-
-
-def one_line(stderr: str, command: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    assert "Traceback" not in stderr and lines and lines[-1].startswith(f"{command}: error: "), stderr[-2000:]
-    return lines[-1]
 
 
 # ---------------------------------------------------------------- sret-experiments

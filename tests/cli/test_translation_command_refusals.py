@@ -12,20 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bad_input_cases import Case, corpus, fake_data_bin, run_case_here, snapshot, transformer_checkpoint, write
+from bad_input_cases import Case, corpus, fake_data_bin, one_line, run_here as run, snapshot, transformer_checkpoint, write
 from conftest import requires_fairseq
 
-
-def run(folder: Path, *argv: str):
-    """Run the ``sret-*`` command ``argv`` in ``folder`` as its entry point does; returns
-    ``(exit status, stderr, what it changed)``."""
-    return run_case_here(Case("trial", "", list(argv), ""), folder)
-
-
-def one_line(stderr: str, command: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    assert "Traceback" not in stderr and lines and lines[-1].startswith(f"{command}: error: "), stderr[-2000:]
-    return lines[-1]
 
 
 def binarised_subset(folder: Path, sentences: int, name: str = "bin") -> None:
