@@ -66,14 +66,15 @@ def _command_line(argv) -> str:
     return "sret-experiments " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
 
 
-def image_experiment(args, argv, raw: dict) -> int:
-    """An experiment file of ``kind: vision``: sret-train-cifar runs, reported as a table."""
+def image_experiment(args, argv, raw: dict, started: float) -> int:
+    """An experiment file of ``kind: vision``: sret-train-cifar runs, reported as a table
+    (``started``: when the command started, a ``time.time()`` value, for ``--time-limit``)."""
     from .experiment_runner import ExperimentError
     from .experiment_runner.image_runs import RecordedRuns, collect, parse_image_experiment, run_image_experiment
     from .experiment_runner.image_runs import run_folder, train_command, write_image_results
     from .outputs import exclusive
 
-    unsupported = [f"--{name.replace('_', '-')}" for name in ("cpu", "max_update", "max_epoch", "time_limit")
+    unsupported = [f"--{name.replace('_', '-')}" for name in ("cpu", "max_update", "max_epoch")
                    if getattr(args, name) not in (None, False)]
     if unsupported:
         raise UsageError(f"{', '.join(unsupported)}: not an option of vision experiments (the training options are"
@@ -107,7 +108,9 @@ def image_experiment(args, argv, raw: dict) -> int:
         with exclusive(output, command):
             try:
                 failed = run_image_experiment(experiment, data, output, jobs=args.jobs, rows=args.rows,
-                                              seeds=args.seeds, on_run_done=report, recorded=recorded)
+                                              seeds=args.seeds, on_run_done=report, recorded=recorded,
+                                              deadline=None if args.time_limit is None
+                                              else started + 60 * args.time_limit)
             except ExperimentError as exc:
                 raise UsageError(str(exc)) from None
     report()
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
     started = time.time()
     vision = _vision_file(args.experiment)
     if vision is not None:
-        return image_experiment(args, argv, vision)
+        return image_experiment(args, argv, vision, started)
     whole, experiment, data = _translation_experiment(args)
     output = Path(args.output or Path("runs/experiments") / experiment.name)
     if not args.report_only:

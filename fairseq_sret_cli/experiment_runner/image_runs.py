@@ -173,10 +173,12 @@ class RecordedRuns:
 
 
 def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, jobs: int = 1,
-                         rows=None, seeds=None, on_run_done=None, recorded: Optional[RecordedRuns] = None) -> List[str]:
+                         rows=None, seeds=None, on_run_done=None, recorded: Optional[RecordedRuns] = None,
+                         deadline: Optional[float] = None) -> List[str]:
     """Train every run not yet done (in its folder, or among the ``recorded`` runs), ``jobs`` at
     a time; returns the runs that failed. Arguments the training command would refuse are an
-    ExperimentError before any run starts."""
+    ExperimentError before any run starts. ``deadline`` (a ``time.time()`` value): no run starts
+    after it, and trainings still going then are stopped (they resume from their last epoch)."""
     from ..train_cifar import check_command
 
     pending = []
@@ -198,6 +200,11 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
     failed = []
     try:
         while pending or running:
+            if deadline is not None and time.time() >= deadline:
+                unfinished = [f"{row.id}/seed{seed}" for row, seed, _ in pending] + list(running)
+                _log(f"time limit reached: {len(unfinished)} runs not finished ({', '.join(unfinished)});"
+                     " the same command resumes them")
+                break
             while pending and len(running) < jobs:
                 row, seed, folder = pending.pop(0)
                 folder.mkdir(parents=True, exist_ok=True)

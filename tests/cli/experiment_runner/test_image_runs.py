@@ -144,3 +144,15 @@ def test_arguments_the_training_would_refuse_stop_the_runner_before_any_run(imag
     err = capsys.readouterr().err
     assert rc == 2 and "row sret:" in err and message in err, err
     assert not (tmp_path / "runs" / "baseline").exists()  # nothing trained
+
+
+def test_a_time_limit_stops_the_trainings_in_time_to_report(images, tmp_path, capsys):
+    long = FAST.replace("--epochs 1", "--epochs 400")
+    path = experiment_file(tmp_path, [{"id": "sret", "title": "SReT", "model": "sret_cifar"}], args=long)
+    common = [str(path), "--data", str(images), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
+    assert experiments.main([*common, "--time-limit", "0.1"]) == 0
+    err = capsys.readouterr().err
+    assert "time limit reached: 1 runs not finished (sret/seed1)" in err, err
+    assert "sret/seed1: training (started)" in err  # it was stopped while training, not before
+    assert not (tmp_path / "runs" / "sret" / "seed1" / "result.json").exists()
+    assert "missing (seeds 1)" in (tmp_path / "res" / "tiny_ladder.md").read_text()
