@@ -278,6 +278,15 @@ def _mean_std(values: Sequence[float]) -> str:
     return f"{mean(values):.2f} ± {stdev(values):.2f}"
 
 
+def _cpu_seconds(done: Sequence[dict]) -> str:
+    """Training CPU seconds of a row's finished runs, a mean per processor named beside it
+    (seconds of different processors are not comparable)."""
+    by_cpu: Dict[str, List[float]] = {}
+    for result in done:
+        by_cpu.setdefault(result["cpu"], []).append(result["cpu_seconds"])
+    return "; ".join(f"{mean(seconds):,.0f} ({cpu})" for cpu, seconds in by_cpu.items())
+
+
 def write_image_results(experiment: ImageExperiment, records: List[dict], results: Path, command: str,
                         force: bool = False) -> Dict[str, Path]:
     """``RESULTS/NAME.json``, ``NAME.md`` and ``NAME_curves.png`` from the runs' folders; files
@@ -317,10 +326,11 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
             seeds_text += f"; missing: {', '.join(missing)}"
         lines.append(
             f"| {row.title} | `{row.model}` | {first['params']:,} | {first['macs'] / 1e6:.1f}M |"
-            f" {mean(r['cpu_seconds'] for r in done):,.0f} | {first['epochs']} | {_mean_std(top1)} |"
+            f" {_cpu_seconds(done)} | {first['epochs']} | {_mean_std(top1)} |"
             f" {_mean_std(ema) if ema else ''} | {seeds_text} | {_mean_std(depth1) if depth1 else ''} |")
     cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
-    lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32."]
+    lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32. Training CPU seconds"
+              " compare rows of one processor only."]
     outputs.write_text(paths["md"], "\n".join(lines) + "\n", own=ours)
     outputs.write_text(paths["json"], json_text.dumps({"experiment": experiment.name, "command": command, "runs": records},
                                                  indent=1) + "\n", own=ours)

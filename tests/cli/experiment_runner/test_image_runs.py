@@ -60,6 +60,8 @@ def test_runs_train_resume_and_report_row_by_row(images, tmp_path):
     assert "| SReT | `sret_cifar` | | | | | missing (seeds 1)" in table
     result = json.loads((tmp_path / "runs" / "baseline" / "seed1" / "result.json").read_text())
     assert result["settings"]["seed"] == 1 and result["model"] == "sret_cifar_baseline"
+    baseline_line = next(line for line in table.splitlines() if line.startswith("| baseline |"))
+    assert f"{result['cpu_seconds']:,.0f} ({result['cpu']}) |" in baseline_line  # seconds of a named processor
 
     assert experiments.main(common) == 0  # the baseline is done already; SReT trains now
     report = json.loads((tmp_path / "res" / "tiny_ladder.json").read_text())
