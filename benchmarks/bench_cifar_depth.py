@@ -4,7 +4,9 @@
         --output runs/experiments/cifar10_ladder --out docs/results/cifar10_depth.png
 
 The accuracies are those the runs recorded (test top-1 of the last epoch's weights, mean over
-the finished seeds, at each depth: ``sret-train-cifar`` evaluates every depth). The speed is
+the finished seeds, at each depth: ``sret-train-cifar`` evaluates every depth): finished runs in
+``--output``, and those the results file (``--results``/NAME.json) records, as sret-experiments
+counts them (so committed rows are drawn on a machine without their run folders). The speed is
 measured here: inference of each row's model at each depth on one thread, batch ``--batch-size``
 of 32x32 images, process CPU time, median of ``--repeats``. Rows without a finished run are
 listed as missing. Writes the figure and ``OUT`` with ``.json``.
@@ -41,6 +43,9 @@ def build_parser():
     p.add_argument("experiment", help="a vision experiment file (kind: vision)")
     p.add_argument("--data", required=True, help="the data the runs were given (their settings are checked)")
     p.add_argument("--output", required=True, help="the experiment's run folder (sret-experiments --output)")
+    p.add_argument("--results", default="docs/results",
+                   help="the folder of the experiment's results file NAME.json (sret-experiments --results;"
+                        " default: %(default)s)")
     p.add_argument("--out", required=True, help="the figure to write (.png); its data goes beside it as .json")
     p.add_argument("--batch-size", type=positive_int, default=256)
     p.add_argument("--repeats", type=positive_int, default=5)
@@ -49,13 +54,15 @@ def build_parser():
 
 
 def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     start_benchmark(args, torch.device("cpu"))
     import yaml
 
     from fairseq_sret.vision import create_model
     from fairseq_sret_cli import pyplot
-    from fairseq_sret_cli.experiment_runner import collect_image_runs as collect, parse_image_experiment
+    from fairseq_sret_cli.experiment_runner import ExperimentError, RecordedRuns, collect_image_runs as collect
+    from fairseq_sret_cli.experiment_runner import parse_image_experiment
     from fairseq_sret_cli.outputs import Outputs
 
     experiment = parse_image_experiment(yaml.safe_load(Path(args.experiment).read_text(encoding="utf-8")),
@@ -63,7 +70,11 @@ def main(argv=None) -> None:
     out = Path(args.out)
     outputs = Outputs("bench_cifar_depth", force=args.force, settings={"experiment": experiment.name})
     outputs.check([out, out.with_suffix(".json")])
-    records = collect(experiment, Path(args.output), args.data)
+    try:
+        recorded = RecordedRuns.from_file(Path(args.results) / f"{experiment.name}.json", args.data)
+    except ExperimentError as exc:
+        parser.error(str(exc))
+    records = collect(experiment, Path(args.output), args.data, recorded)
     points, table = [], []
     for row in experiment.rows:
         done = [r["result"] for r in records if r["row"] == row.id and r["status"] == "done"]

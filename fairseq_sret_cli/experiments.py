@@ -217,9 +217,10 @@ def _earlier_results(results_file: Path, force: bool):
         stored = {}
     if not (isinstance(stored, dict) and isinstance(stored.get("runs"), list)):
         return {}, []
+    from .experiment_runner.image_runs import done_runs
+
     earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
-    known = {f"{r['row']}/seed{r['seed']}": r for r in stored.get("runs", []) if r.get("status") == "done"}
-    return known, earlier
+    return done_runs(stored), earlier
 
 
 class _Report:

@@ -368,6 +368,13 @@ def test_bench_cifar_depth_places_every_depth_of_the_finished_runs(tmp_path):
     points = json.loads((tmp_path / "depth.json").read_text())["points"]
     assert sorted((p["row"], p["depth"]) for p in points) == [("baseline", 1), ("sret", 1), ("sret", 2)]
     assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
+    # on a machine without the run folders, the runs the results file records are drawn
+    out = run_script("bench_cifar_depth", str(path), "--data", str(data), "--output", str(tmp_path / "elsewhere"),
+                     "--results", str(tmp_path), "--out", str(tmp_path / "clone.png"), "--batch-size", "4",
+                     "--repeats", "1", smoke=False, timeout=300)
+    assert len(rows(out, "baseline")) == 1 and len(rows(out, "SReT")) == 2, out
+    clone = json.loads((tmp_path / "clone.json").read_text())["points"]
+    assert [(p["row"], p["depth"], p["top1"]) for p in clone] == [(p["row"], p["depth"], p["top1"]) for p in points]
 
 
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq is not installed")

@@ -145,6 +145,12 @@ def _log(message: str) -> None:
     print(f"[experiments] {message}", file=sys.stderr, flush=True)
 
 
+def done_runs(stored) -> Dict[str, dict]:
+    """Run name (``ROW/seedN``) -> record, for the finished runs of a results file's JSON."""
+    runs = stored.get("runs") if isinstance(stored, dict) else None
+    return {f"{r['row']}/seed{r['seed']}": r for r in runs or [] if isinstance(r, dict) and r.get("status") == "done"}
+
+
 class RecordedRuns:
     """The finished runs a results file records (``known``: run name -> record), each taken as
     done only with the settings the experiment file now gives it and on the same data (its
@@ -153,6 +159,18 @@ class RecordedRuns:
     def __init__(self, known: Optional[Dict[str, dict]], data: str, source: str = "the results file"):
         self.known, self.data, self.source = known or {}, data, source
         self._fingerprints: Dict[tuple, dict] = {}
+
+    @classmethod
+    def from_file(cls, results_file: Path, data: str) -> "RecordedRuns":
+        """The runs ``results_file`` (``RESULTS/NAME.json``) records; none where it is absent."""
+        results_file = Path(results_file)
+        if not results_file.is_file():
+            return cls({}, data, source=str(results_file))
+        try:
+            stored = json.loads(results_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ExperimentError(f"{results_file}: not a results file ({exc})") from None
+        return cls(done_runs(stored), data, source=str(results_file))
 
     def done(self, row: ImageRow, seed: int, command: Sequence[str]) -> Optional[dict]:
         """The recorded run's record (``result`` and ``history``), or None."""
