@@ -305,6 +305,19 @@ def _cpu_seconds(done: Sequence[dict]) -> str:
     return "; ".join(f"{mean(seconds):,.0f} ({cpu})" for cpu, seconds in by_cpu.items())
 
 
+def _rows_seeds_cannot_tell_apart(experiment: ImageExperiment, records: List[dict]) -> List[str]:
+    """The report's lines on rows whose test top-1 means lie within 2 standard deviations of each
+    other (a further seed is due), as for translation."""
+    from .report import close_rows
+
+    rows = []
+    for row in experiment.rows:
+        top1 = [_top1(r["result"]) for r in records if r["row"] == row.id and r["status"] == "done"]
+        rows.append({"id": row.id, "stats": {"top1": {"mean": mean(top1) if top1 else None, "n": len(top1),
+                                                      "std": stdev(top1) if len(top1) > 1 else None}}})
+    return close_rows(rows, [("top1", "test top-1")])
+
+
 def write_image_results(experiment: ImageExperiment, records: List[dict], results: Path, command: str,
                         force: bool = False) -> Dict[str, Path]:
     """``RESULTS/NAME.json``, ``NAME.md`` and ``NAME_curves.png`` from the runs' folders; files
@@ -346,6 +359,7 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
             f"| {row.title} | `{row.model}` | {first['params']:,} | {first['macs'] / 1e6:.1f}M |"
             f" {_cpu_seconds(done)} | {first['epochs']} | {_mean_std(top1)} |"
             f" {_mean_std(ema) if ema else ''} | {seeds_text} | {_mean_std(depth1) if depth1 else ''} |")
+    lines += _rows_seeds_cannot_tell_apart(experiment, records)
     cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
     lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32. Training CPU seconds"
               " compare rows of one processor only."]

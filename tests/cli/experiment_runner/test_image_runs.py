@@ -158,3 +158,21 @@ def test_a_time_limit_stops_the_trainings_in_time_to_report(images, tmp_path, ca
     assert "sret/seed1: training (started)" in err  # it was stopped while training, not before
     assert not (tmp_path / "runs" / "sret" / "seed1" / "result.json").exists()
     assert "missing (seeds 1)" in (tmp_path / "res" / "tiny_ladder.md").read_text()
+
+
+def test_the_table_names_the_rows_whose_seeds_cannot_tell_them_apart(tmp_path):
+    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+
+    rows = [{"id": i, "title": i, "model": "sret_cifar"} for i in ("a", "b", "c")]
+    experiment = parse_image_experiment(json.loads(experiment_file(tmp_path, rows).read_text()), "ladder.yaml")
+
+    def run(row, seed, top1):
+        result = {"params": 1, "macs": 1e6, "cpu_seconds": 10.0, "cpu": "a CPU", "epochs": 1,
+                  "test": {"": {"acc1": top1}}}
+        return {"row": row, "seed": seed, "status": "done", "result": result, "history": []}
+
+    records = [run("a", 1, 70.0), run("a", 2, 71.0), run("b", 1, 71.2), run("b", 2, 71.4),
+               run("c", 1, 75.0), run("c", 2, 75.2)]
+    table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
+    close = [line for line in table.splitlines() if line.startswith("- `")]
+    assert close == ["- `a` and `b`: test top-1 70.50 against 71.30 (0.80 < 1.41)"], table  # c is apart
