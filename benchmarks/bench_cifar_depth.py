@@ -110,7 +110,7 @@ def main(argv=None) -> None:
                             xytext=(4, -10), textcoords="offset points")
     ax.set_xlabel(f"inference images / CPU second (one thread, batch {args.batch_size})")
     ax.set_ylabel("test top-1 (%)")
-    ax.set_title(f"{experiment.title}\n{hardware_line(torch.device('cpu')).split(' | ')[0][len('hardware: '):]}",
+    ax.set_title(f"{experiment.title}\n{hardware_line(torch.device('cpu')).split(' | ')[0]}",
                  fontsize=8)
     ax.grid(alpha=0.3)
     if points:

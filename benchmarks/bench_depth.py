@@ -429,7 +429,7 @@ def main(argv=None) -> int:
     if args.figure:
         with outputs.writing(args.figure) as tmp:
             draw_frontier(rows, tmp, FIGURE_TITLE,
-                          f"{command_line()}\n{hardware_line(device)}\n{title}")
+                          f"command: {command_line()}\nhardware: {hardware_line(device)}\n{title}")
         print(f"figure: {args.figure}")
     return 0
 
@@ -468,8 +468,9 @@ def redraw(args) -> int:
     print(f"rows of: {command}")
     print_table(title, TABLE_HEADER, [table_row(r) for r in rows])
     with outputs.writing(args.figure) as tmp:
-        redrawn_by = command_line().removeprefix("command: ")
-        draw_frontier(rows, tmp, FIGURE_TITLE, f"{command}\n{hardware}\n{title}\ndrawn from its JSON by {redrawn_by}")
+        redrawn_by = command_line()
+        draw_frontier(rows, tmp, FIGURE_TITLE,
+                      f"command: {command}\nhardware: {hardware}\n{title}\ndrawn from its JSON by {redrawn_by}")
     print(f"figure: {args.figure}")
     return 0
 

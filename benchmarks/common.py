@@ -109,8 +109,8 @@ def start_benchmark(args: argparse.Namespace, device: Optional[torch.device] = N
         device = pick_device(getattr(args, "device", None))
     _report.clear()
     _report.update(command=command_line(), hardware=hardware_line(device), tables=[])
-    print(_report["command"])
-    print(_report["hardware"], flush=True)
+    print(f"command: {_report['command']}")
+    print(f"hardware: {_report['hardware']}", flush=True)
     return device
 
 
@@ -173,7 +173,7 @@ def hardware_line(device: torch.device) -> str:
         parts.append("load avg " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
     except OSError:
         pass
-    return "hardware: " + " | ".join(parts)
+    return " | ".join(parts)
 
 
 def sync(device: torch.device) -> None:
@@ -289,10 +289,10 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[obje
 
 
 def command_line() -> str:
-    """The command that produced the output, for the docs."""
+    """The command that produced the output, for the docs ("python -m benchmarks.NAME ARGS")."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     program = f"-m {spec.name}" if spec is not None else os.path.relpath(sys.argv[0], os.getcwd())
-    return f"command: python {program} {shlex.join(sys.argv[1:])}".rstrip()
+    return f"python {program} {shlex.join(sys.argv[1:])}".rstrip()
 
 
 def quiet_logging() -> None:

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                         "params": sum(p.numel() for p in model.parameters()), **counted})
         print(f"{row.id}: {counted['flops_per_token'] / 1e6:.2f} MFLOPs per target token", file=sys.stderr)
     base = results[0]["flops_per_token"]
-    command = command_line().removeprefix("command: ")
+    command = command_line()
     lines = [f"# Forward FLOPs per target token: {experiment.title}", "",
              f"Written by `{command}`: one training-mode forward of the first {args.batches} valid batches"
              f" ({results[0]['target_tokens']:,} target tokens), torch's FLOP counter (matrix products"

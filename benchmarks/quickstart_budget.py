@@ -138,7 +138,7 @@ def main(argv=None) -> int:
                                         "SRET_MODEL_ARGS": model_args, "SRET_TRAIN_MINUTES": str(budget_minutes),
                                         "SRET_MAX_UPDATE": "100000"})
     rows = [summarise(out / SRET[0], SRET[1])] + [summarise(out / name, title) for name, (title, _) in BASELINES.items()]
-    write_results(rows, args.results, command_line().removeprefix("command: "),
+    write_results(rows, args.results, command_line(),
                   measured_by=f"python -m benchmarks.quickstart_budget --out {args.out}")
     for r in rows:
         print(f"{r['model']}: {r['updates']} updates in {minutes(r['train_seconds'])}, sacreBLEU {r['sacrebleu']:.2f}")

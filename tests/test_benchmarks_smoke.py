@@ -127,7 +127,7 @@ def test_bench_depth_smoke(tmp_path):
     assert [(r["checkpoint"], r["depth"]) for r in saved["rows"]] == [
         ("ckpt/checkpoint_last.pt", [1, 1]), ("ckpt/checkpoint_last.pt", [2, 2]),
         ("transformer/checkpoint_last.pt", None)]
-    assert saved["hardware"].startswith("hardware: device: ") and "--figure" in saved["command"]
+    assert saved["hardware"].startswith("device: ") and saved["command"].startswith("python -m benchmarks.bench_depth ")
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     foreign = tmp_path / "mine.json"
     foreign.write_text("a user's file")
