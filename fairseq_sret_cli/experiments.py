@@ -217,7 +217,7 @@ def _earlier_results(results_file: Path, force: bool):
         stored = {}
     if not (isinstance(stored, dict) and isinstance(stored.get("runs"), list)):
         return {}, []
-    from .experiment_runner.image_runs import done_runs
+    from .experiment_runner.report import done_runs
 
     earlier = [r for r in stored.get("runs", []) + stored.get("earlier_runs", []) if r.get("status") == "done"]
     return done_runs(stored), earlier

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Sequence
 from .. import UserError, pyplot
 from ..outputs import Outputs
 from .experiment_file import ExperimentError
+from .report import close_rows, done_runs
 from fairseq_sret import json_text
 
 #: options the runner sets for each run: a row may not give them
@@ -143,12 +144,6 @@ def read_result(folder: Path, command: Sequence[str]) -> Optional[dict]:
 
 def _log(message: str) -> None:
     print(f"[experiments] {message}", file=sys.stderr, flush=True)
-
-
-def done_runs(stored) -> Dict[str, dict]:
-    """Run name (``ROW/seedN``) -> record, for the finished runs of a results file's JSON."""
-    runs = stored.get("runs") if isinstance(stored, dict) else None
-    return {f"{r['row']}/seed{r['seed']}": r for r in runs or [] if isinstance(r, dict) and r.get("status") == "done"}
 
 
 class RecordedRuns:
@@ -308,8 +303,6 @@ def _cpu_seconds(done: Sequence[dict]) -> str:
 def _rows_seeds_cannot_tell_apart(experiment: ImageExperiment, records: List[dict]) -> List[str]:
     """The report's lines on rows whose test top-1 means lie within 2 standard deviations of each
     other (a further seed is due), as for translation."""
-    from .report import close_rows
-
     rows = []
     for row in experiment.rows:
         top1 = [_top1(r["result"]) for r in records if r["row"] == row.id and r["status"] == "done"]

@@ -188,6 +188,12 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
     return out
 
 
+def done_runs(stored) -> Dict[str, dict]:
+    """Run name (``ROW/seedN``) -> record, for the finished runs of a results file's JSON."""
+    runs = stored.get("runs") if isinstance(stored, dict) else None
+    return {f"{r['row']}/seed{r['seed']}": r for r in runs or [] if isinstance(r, dict) and r.get("status") == "done"}
+
+
 def markdown(experiment: Experiment, rows: List[dict], records: List[dict], command: str, env: dict,
              plots: Dict[str, Path]) -> str:
     ev = experiment.evaluation
