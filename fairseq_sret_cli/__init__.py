@@ -188,18 +188,18 @@ def error_message(exc: BaseException) -> str:
 
 def at_least(minimum, kind=int):
     """An argparse ``type``: a ``kind`` number >= ``minimum`` (a count of 0 or -5 is refused
-    by name instead of doing nothing, or the wrong thing); a float must also be finite."""
-    import math
+    by name instead of doing nothing, or the wrong thing); a float must also be :func:`finite`."""
 
     def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
-        if not value >= minimum:  # also refuses NaN
+        if kind is float:  # infinity: a rate or a count of epochs that no step can use
+            value = finite(text)
+        else:
+            try:
+                value = kind(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+        if not value >= minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
-        if kind is float and math.isinf(value):  # a rate or a count of epochs that no step can use
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         return value
 
     parse.__name__ = f"{kind.__name__} >= {minimum}"

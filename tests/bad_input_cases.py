@@ -464,6 +464,8 @@ CASES: List[Case] = [
          "--output DIR is required to train"),
     Case("train-vision-epochs-0", "`sret-train-vision --epochs 0`", vision("--output", "out", "--epochs", "0"),
          "--epochs: must be at least 1, got 0"),
+    Case("train-vision-lr-inf", "`sret-train-vision --lr inf`", vision("--output", "out", "--lr", "inf"),
+         "--lr: must be a finite number, got inf"),
     Case("train-vision-label-smoothing-2", "`sret-train-vision --label-smoothing 2`",
          vision("--output", "out", "--label-smoothing", "2"), "--label-smoothing: must be in [0.0, 1.0), got 2"),
     Case("train-vision-second-run", "a second `sret-train-vision` into the `--output` of a trained run",
