@@ -24,7 +24,7 @@ BENCHMARKS = {name: Benchmark(f"benchmarks.{name}", summary) for name, summary i
     ("bench_cifar_depth", "accuracy against images/s of a vision experiment's runs at every depth"),
     ("bench_nmt", "sret_transformer against fairseq's transformer, in Python"),
     ("bench_fairseq_cli", "the same through fairseq-train and fairseq-generate"),
-    ("bench_cpu_bf16", "translation on the CPU in fp32 and --bf16"),
+    ("bench_cpu_bf16", "translation on the CPU in fp32 and --bf16, decoding in int8 with --int8"),
     ("bench_deploy", "a trained translation model deployed on the CPU, beside CTranslate2"),
     ("bench_hf", "the transformers export against fairseq-generate: hypotheses, BLEU, speed"),
     ("bench_depth", "depth on demand: decoding speed and BLEU at every depth"),

@@ -1,6 +1,7 @@
-"""Translation on the CPU in fp32 and in bf16 (``--bf16``), in one process.
+"""Translation on the CPU in fp32 and in bf16 (``--bf16``), and decoding in int8, in one process.
 
     python -m benchmarks.bench_cpu_bf16 --threads 1            # the quick start's model
+    python -m benchmarks.bench_cpu_bf16 --threads 1 --int8     # + int8 decoding (the int8 extra)
     python -m benchmarks.bench_cpu_bf16 --smoke                # harness check (CI)
 
 The quick start's architecture (``sret_transformer_tiny``, ``--share-all-embeddings``) with
@@ -9,13 +10,15 @@ synthetic left-padded batches. Decoding goes the way ``fairseq-generate --cpu [-
 goes: the model is prepared with ``prepare_for_inference_(cfg)`` and decoded by
 ``task.inference_step`` (:mod:`fairseq_sret.fairseq_patches` makes ``prepare_for_inference_``
 cast the model to bf16 for ``--bf16``, as fairseq casts it to fp16 for ``--fp16``), beam ``--beam``, every hypothesis forced to
-``--tgt-len`` tokens so both precisions decode the same steps. Training: one update
+``--tgt-len`` tokens so every precision decodes the same steps. With ``--int8`` the linear
+layers are also quantized the way ``--model-overrides "{'int8_in_generation': True}"`` does it
+(:mod:`fairseq_sret.core.int8`, through the model's ``prepare_for_inference_``). Training: one update
 (forward, label-smoothed loss, backward, Adam) in fp32 and under CPU bf16 autocast with
 fp32 weights, which is what ``fairseq-train --cpu --bf16`` runs.
 
-Variants are timed round-robin (fp32, bf16, fp32, bf16, ...) by this process's CPU time
+Variants are timed round-robin (fp32, bf16, [int8,] fp32, ...) by this process's CPU time
 with one thread (wall time otherwise); printed: median and spread (min-max) over rounds and
-the bf16/fp32 ratio of each round.
+each variant's ratio to fp32 in each round.
 """
 
 import copy
@@ -43,6 +46,8 @@ def build_parser():
     p.add_argument("--iters", type=int, default=3, help="calls per variant per round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--skip-train", action="store_true")
+    p.add_argument("--int8", action="store_true",
+                   help="also decode with int8 linear layers (torchao, the int8 extra; decoding only)")
     return p
 
 
@@ -76,13 +81,20 @@ def synthetic_batch(dictionary, batch, src_len, tgt_len, seed=0):
             "target": target, "ntokens": int(tgt_lengths.sum())}
 
 
-def decode_fn(model, dictionary, sample, beam, length, bf16):
-    """Beam search of a copy of ``model`` prepared as fairseq-generate does (``--bf16`` or not)."""
+def decode_fn(model, dictionary, sample, beam, length, precision):
+    """Beam search of a copy of ``model`` prepared as fairseq-generate does: ``fp32``, ``bf16``
+    (``--bf16``) or ``int8`` (``--model-overrides "{'int8_in_generation': True}"``)."""
     from fairseq.sequence_generator import SequenceGenerator
     from fairseq.tasks.fairseq_task import FairseqTask
 
     model = copy.deepcopy(model).eval()
-    prepare_as_generate(model, beam, bf16)
+    model.args.int8_in_generation = precision == "int8"
+    prepare_as_generate(model, beam, precision == "bf16")
+    if precision == "int8":
+        from fairseq_sret.core.int8 import is_int8
+
+        if not any(is_int8(m) for m in model.modules()):
+            raise RuntimeError("int8_in_generation quantized no linear layer: the int8 row would time fp32")
     generator = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0, max_len_b=length,
                                   min_len=length)
     source = {"net_input": {k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}}
@@ -116,8 +128,11 @@ def report(title, times, work, unit):
     print_table(title, ["precision", f"{unit} (median)", "spread over rounds"],
                 [[name, f"{statistics.median(values):.1f}", f"{min(values):.1f}-{max(values):.1f}"]
                  for name, values in rates.items()])
-    ratios = [b / a for a, b in zip(rates["fp32"], rates["bf16"])]
-    print(f"bf16/fp32 per round: {' '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f}x")
+    for name in rates:
+        if name != "fp32":
+            ratios = [b / a for a, b in zip(rates["fp32"], rates[name])]
+            print(f"{name}/fp32 per round: {' '.join(f'{r:.2f}' for r in ratios)};"
+                  f" median {statistics.median(ratios):.2f}x")
 
 
 def main(argv=None):
@@ -131,6 +146,14 @@ def main(argv=None):
         check_cpu_bf16()
     except CPUBF16Unsupported as exc:
         raise SystemExit(f"bench_cpu_bf16: error: {exc}")
+    if args.int8:
+        from fairseq_sret.core.int8 import int8_config
+        from fairseq_sret.extras import MissingExtraError
+
+        try:
+            int8_config()
+        except MissingExtraError as exc:
+            raise SystemExit(f"bench_cpu_bf16: error: --int8: {exc}")
     device = start_benchmark(args, torch.device("cpu"))
     clock = default_clock(device)
     print(f"native bf16 (AMX-BF16 or AVX512-BF16): True; timing: {clock_note(clock)}")
@@ -142,8 +165,8 @@ def main(argv=None):
     print(f"{args.arch}: {params / 1e6:.2f}M parameters, dictionary {len(dictionary)}")
 
     sample = synthetic_batch(dictionary, args.gen_batch, args.src_len, args.tgt_len)
-    fns = {name: decode_fn(model, dictionary, sample, args.beam, args.tgt_len, name == "bf16")
-           for name in ("fp32", "bf16")}
+    precisions = ("fp32", "bf16", "int8") if args.int8 else ("fp32", "bf16")
+    fns = {name: decode_fn(model, dictionary, sample, args.beam, args.tgt_len, name) for name in precisions}
     times = measure(fns, device, 1, args.iters, args.rounds, clock)
     report(f"beam {args.beam} decoding, {args.gen_batch} sentences a batch, {args.tgt_len} tokens each",
            times, args.gen_batch, "sentences/s")

@@ -301,6 +301,10 @@ def test_bench_cpu_bf16_smoke():
     assert out.startswith("command: ") and "\nhardware: device: CPU" in out
     assert len(rows(out, "fp32")) == len(rows(out, "bf16")) == 2, out  # decoding and training
     assert out.count("bf16/fp32 per round:") == 2
+    if importlib.util.find_spec("torchao") is not None:  # int8 decodes; it does not train
+        out = run_script("bench_cpu_bf16", "--int8", "--skip-train")
+        assert len(rows(out, "fp32")) == len(rows(out, "bf16")) == len(rows(out, "int8")) == 1, out
+        assert out.count("int8/fp32 per round:") == 1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None,
