@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up the test environments (if needed) and run the tests: three jobs, each in its own
-# virtual environment, one after the other. Extra arguments go to the main job's pytest.
+# Set up the test environments (if needed, side by side) and run the tests: three jobs, each in
+# its own virtual environment, one after the other. Extra arguments go to the main job's pytest.
 #
 #   main    the default interpreter (python3, 3.11 here), every extra: scripts/setup_env.sh's
 #           environment with SRET_TIMM=1 (torch, torchvision and timm that import together, so
@@ -39,30 +39,35 @@ find_python() {
     done
 }
 
-# run_job NAME VENV PYTHON EXTRAS TIMM PYTEST-ARGS...: set up the environment, run pytest in it
-run_job() {
-    local name="$1" venv="$2" python="$3" extras="$4" timm="$5"
-    shift 5
-    local start rc
-    start=$(date +%s)
-    echo "[tests] job $name: $("$python" --version 2>&1), extras $extras"
-    if ! SRET_VENV="$venv" PYTHON="$python" SRET_EXTRAS="$extras" SRET_TIMM="$timm" bash "$repo/scripts/setup_env.sh"; then
-        summary+=("$name: FAILED to set up the environment ($(( $(date +%s) - start )) s)")
-        status=1
-        return
-    fi
-    echo "[tests] job $name: running pytest ($workers workers)"
-    "$venv/bin/python" -m pytest tests -n "$workers" --dist loadfile "$@"
-    rc=$?
-    summary+=("$name: $([ $rc -eq 0 ] && echo passed || echo "FAILED (pytest exit $rc)") in $(( $(date +%s) - start )) s, set-up included")
-    [ $rc -eq 0 ] || status=1
+for job in $jobs; do  # before any set-up starts in the background
+    case "$job" in
+        main|lean|py3.12) ;;
+        *) echo "[tests] unknown job $job in SRET_TEST_JOBS (main, lean, py3.12)" >&2
+           exit 2 ;;
+    esac
+done
+
+# The environments are set up side by side (a set-up is one pip process, much of it waiting on
+# downloads, the disk and decompression), then each job's pytest runs alone on every core.
+setup_dir="$(mktemp -d)"
+trap 'rm -rf "$setup_dir"' EXIT
+names=() venvs=() pids=() started=()
+
+# add_job NAME VENV PYTHON EXTRAS: start setting up its environment in the background
+add_job() {
+    local name="$1" venv="$2" python="$3" extras="$4"
+    echo "[tests] job $name: $("$python" --version 2>&1), extras $extras: setting up $venv"
+    names+=("$name") venvs+=("$venv")
+    started+=("$(date +%s)")
+    SRET_VENV="$venv" PYTHON="$python" SRET_EXTRAS="$extras" SRET_TIMM=1 \
+        bash "$repo/scripts/setup_env.sh" > "$setup_dir/$name.log" 2>&1 &
+    pids+=($!)
 }
 
 for job in $jobs; do
     case "$job" in
         main)
-            SRET_REQUIRE_FAIRSEQ=1 SRET_REQUIRE_TIMM=1 \
-                run_job main "${SRET_VENV:-$repo/.venv}" "${PYTHON:-python3}" fairseq,test 1 "$@" ;;
+            add_job main "${SRET_VENV:-$repo/.venv}" "${PYTHON:-python3}" fairseq,test ;;
         lean)
             python="$(find_python 3.13)"
             if [ -z "$python" ]; then
@@ -75,19 +80,48 @@ for job in $jobs; do
                 status=1
                 continue
             fi
-            run_job lean "$venv" "$python" hf,timm,vision,test 1 -q "${quick[@]}" ;;
+            add_job lean "$venv" "$python" hf,timm,vision,test ;;
         py3.12)
             python="$(find_python 3.12)"
             if [ -z "$python" ]; then
                 summary+=("py3.12: skipped, no Python 3.12 on PATH or in pyenv")
                 continue
             fi
-            run_job py3.12 "$repo/.venv-py3.12" "$python" fairseq,test 1 -q "${quick[@]}" ;;
-        *)
-            echo "[tests] unknown job $job in SRET_TEST_JOBS (main, lean, py3.12)" >&2
-            exit 2 ;;
+            add_job py3.12 "$repo/.venv-py3.12" "$python" fairseq,test ;;
     esac
 done
+
+ready=()
+for i in "${!names[@]}"; do
+    wait "${pids[$i]}"
+    rc=$?
+    setup_s=$(( $(date +%s) - ${started[$i]} ))
+    sed "s/^/[setup ${names[$i]}] /" "$setup_dir/${names[$i]}.log"
+    if [ $rc -eq 0 ]; then
+        ready+=("$i:$setup_s")
+    else
+        summary+=("${names[$i]}: FAILED to set up the environment (exit $rc, $setup_s s)")
+        status=1
+    fi
+done
+
+for entry in "${ready[@]}"; do
+    i="${entry%%:*}" setup_s="${entry#*:}"
+    name="${names[$i]}" venv="${venvs[$i]}"
+    # main: every test, a missing fairseq or timm an error; the others: the quick tier
+    [ "$name" = main ] && export SRET_REQUIRE_FAIRSEQ=1 SRET_REQUIRE_TIMM=1 || unset SRET_REQUIRE_FAIRSEQ SRET_REQUIRE_TIMM
+    echo "[tests] job $name: running pytest ($workers workers)"
+    start=$(date +%s)
+    if [ "$name" = main ]; then
+        "$venv/bin/python" -m pytest tests -n "$workers" --dist loadfile --durations 15 "$@"
+    else
+        "$venv/bin/python" -m pytest tests -n "$workers" --dist loadfile -q "${quick[@]}"
+    fi
+    rc=$?
+    summary+=("$name: $([ $rc -eq 0 ] && echo passed || echo "FAILED (pytest exit $rc)") in $(( $(date +%s) - start )) s of pytest, $setup_s s of set-up (side by side)")
+    [ $rc -eq 0 ] || status=1
+done
+unset SRET_REQUIRE_FAIRSEQ SRET_REQUIRE_TIMM
 
 echo "[tests] summary:"
 for line in "${summary[@]}"; do
