@@ -8,32 +8,40 @@ the finished seeds, at each depth: ``sret-train-cifar`` evaluates every depth): 
 ``--output``, and those the results file (``--results``/NAME.json) records, as sret-experiments
 counts them (so committed rows are drawn on a machine without their run folders). The speed is
 measured here: inference of each row's model at each depth on one thread, batch ``--batch-size``
-of 32x32 images, process CPU time, median of ``--repeats``. Rows without a finished run are
-listed as missing. Writes the figure and ``OUT`` with ``.json``.
+of 32x32 images, process CPU time, median of ``--rounds`` taken round-robin over every model and
+depth (so that a machine's slower minutes fall on every point alike; rows of one model and
+configuration are one measurement). Rows without a finished run are listed as missing. Writes
+the figure and ``OUT`` with ``.json``.
 """
 
+import json
 import statistics
-import time
 from pathlib import Path
+from typing import Dict, Hashable
 
 import torch
 
 from benchmarks.common import (
-    benchmark_parser, command_line, hardware_line, median, positive_int, print_table, start_benchmark,
+    benchmark_parser, command_line, hardware_line, measure, median, positive_int, print_table, start_benchmark,
 )
 from fairseq_sret import json_text
 
 
-def images_per_cpu_second(model, batch: int, repeats: int) -> float:
+def images_per_cpu_second(points: Dict[Hashable, tuple], batch: int, rounds: int) -> Dict[Hashable, float]:
+    """{name: images per CPU second} of ``points`` {name: (model, depth)}: each model at its
+    depth (``None``: as built) takes one batch a turn, round-robin, ``rounds`` turns; the
+    median turn counts."""
     x = torch.randn(batch, 3, 32, 32)
+
+    def forward(model, depth):
+        if depth is not None:
+            model.set_depth(depth)
+        return model(x)
+
+    calls = {name: (lambda model=model, depth=depth: forward(model, depth)) for name, (model, depth) in points.items()}
     with torch.no_grad():
-        model(x)
-        times = []
-        for _ in range(repeats):
-            start = time.process_time()
-            model(x)
-            times.append(time.process_time() - start)
-    return batch / median(times)
+        times = measure(calls, torch.device("cpu"), warmup=1, iters=1, rounds=rounds, clock="cpu")
+    return {name: batch / median(seconds) for name, seconds in times.items()}
 
 
 def build_parser():
@@ -48,7 +56,8 @@ def build_parser():
                         " default: %(default)s)")
     p.add_argument("--out", required=True, help="the figure to write (.png); its data goes beside it as .json")
     p.add_argument("--batch-size", type=positive_int, default=256)
-    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--rounds", type=positive_int, default=9,
+                   help="turns of every model and depth, round-robin; the median counts (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace a figure this command did not make")
     return p
 
@@ -76,23 +85,30 @@ def main(argv=None) -> None:
         parser.error(str(exc))
     records = collect(experiment, Path(args.output), args.data, recorded)
     points, table = [], []
+    models = {}  # one model, and one measurement, per model and configuration: rows that differ in training only
     for row in experiment.rows:
         done = [r["result"] for r in records if r["row"] == row.id and r["status"] == "done"]
         if not done:
-            table.append([row.title, "", "missing", "", ""])
+            table.append((row.title, None))
             continue
-        model = create_model(done[0]["model"], **done[0]["model_kwargs"]).eval()
+        config = json.dumps([done[0]["model"], done[0]["model_kwargs"]], sort_keys=True)
+        if config not in models:
+            models[config] = create_model(done[0]["model"], **done[0]["model_kwargs"]).eval()
         for depth_key in done[0]["test"]:
             depth = int(depth_key[len("depth"):]) if depth_key else None
             accuracies = [r["test"][depth_key]["acc1"] for r in done]
-            if depth is not None:
-                model.set_depth(depth)
-            speed = images_per_cpu_second(model, args.batch_size, args.repeats)
-            point = {"row": row.id, "title": row.title, "depth": depth, "images_per_cpu_s": speed,
+            point = {"row": row.id, "title": row.title, "depth": depth, "images_per_cpu_s": None,
                      "top1_mean": statistics.mean(accuracies), "top1": accuracies, "seeds": len(done)}
-            points.append(point)
-            table.append([row.title, "" if depth is None else depth, f"{point['top1_mean']:.2f}",
-                          f"{speed:.0f}", len(done)])
+            points.append((config, point))
+            table.append((row.title, point))
+    speeds = images_per_cpu_second({(config, p["depth"]): (models[config], p["depth"]) for config, p in points},
+                                   args.batch_size, args.rounds)
+    for config, point in points:
+        point["images_per_cpu_s"] = speeds[config, point["depth"]]
+    points = [point for _, point in points]
+    table = [[title, "", "missing", "", ""] if p is None else
+             [title, "" if p["depth"] is None else p["depth"], f"{p['top1_mean']:.2f}", f"{p['images_per_cpu_s']:.0f}",
+              p["seeds"]] for title, p in table]
     print_table(f"{experiment.title}: test top-1 against inference speed", ["row", "depth", "test top-1 (%)",
                 "images / CPU s", "seeds"], table)
 

@@ -359,23 +359,30 @@ def test_bench_cifar_depth_places_every_depth_of_the_finished_runs(tmp_path):
             " --eval-batch-size 20")
     table_rows = [{"id": "baseline", "title": "baseline", "model": "sret_cifar_baseline"},
                   {"id": "sret", "title": "SReT", "model": "sret_cifar", "args": "--mixed-depth 1:0.5"},
+                  {"id": "sret_full_depth", "title": "SReT at full depth", "model": "sret_cifar"},
                   {"id": "later", "title": "not trained", "model": "sret_cifar_wo_slice"}]
     path = tmp_path / "exp.yaml"
     path.write_text(json.dumps({"kind": "vision", "name": "tiny", "seeds": [1], "train": {"args": fast},
                                 "rows": table_rows}))
     common = ["--data", str(data), "--output", str(tmp_path / "runs")]
-    assert experiments.main([str(path), *common, "--rows", "baseline", "sret", "--results", str(tmp_path)]) == 0
+    assert experiments.main([str(path), *common, "--rows", "baseline", "sret", "sret_full_depth",
+                             "--results", str(tmp_path)]) == 0
     out = run_script("bench_cifar_depth", str(path), *common, "--out", str(tmp_path / "depth.png"),
-                     "--batch-size", "4", "--repeats", "1", smoke=False, timeout=300)
+                     "--batch-size", "4", "--rounds", "3", smoke=False, timeout=300)
     assert len(rows(out, "baseline")) == 1 and len(rows(out, "SReT")) == 2  # depths 2 and 1
     assert "missing" in rows(out, "not trained")[0]
     points = json.loads((tmp_path / "depth.json").read_text())["points"]
-    assert sorted((p["row"], p["depth"]) for p in points) == [("baseline", 1), ("sret", 1), ("sret", 2)]
+    assert sorted((p["row"], p["depth"]) for p in points) == [
+        ("baseline", 1), ("sret", 1), ("sret", 2), ("sret_full_depth", 1), ("sret_full_depth", 2)]
+    # rows that differ in training only are one model: one measurement, not two that drift apart
+    speed = {(p["row"], p["depth"]): p["images_per_cpu_s"] for p in points}
+    assert speed["sret", 1] == speed["sret_full_depth", 1] and speed["sret", 2] == speed["sret_full_depth", 2]
+    assert speed["sret", 1] != speed["sret", 2]
     assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
     # on a machine without the run folders, the runs the results file records are drawn
     out = run_script("bench_cifar_depth", str(path), "--data", str(data), "--output", str(tmp_path / "elsewhere"),
                      "--results", str(tmp_path), "--out", str(tmp_path / "clone.png"), "--batch-size", "4",
-                     "--repeats", "1", smoke=False, timeout=300)
+                     "--rounds", "1", smoke=False, timeout=300)
     assert len(rows(out, "baseline")) == 1 and len(rows(out, "SReT")) == 2, out
     clone = json.loads((tmp_path / "clone.json").read_text())["points"]
     assert [(p["row"], p["depth"], p["top1"]) for p in clone] == [(p["row"], p["depth"], p["top1"]) for p in points]
