@@ -14,7 +14,6 @@ configuration are one measurement). Rows without a finished run are listed as mi
 the figure and ``OUT`` with ``.json``.
 """
 
-import json
 import statistics
 from pathlib import Path
 from typing import Dict, Hashable
@@ -91,7 +90,7 @@ def main(argv=None) -> None:
         if not done:
             table.append((row.title, None))
             continue
-        config = json.dumps([done[0]["model"], done[0]["model_kwargs"]], sort_keys=True)
+        config = json_text.dumps([done[0]["model"], done[0]["model_kwargs"]], sort_keys=True)
         if config not in models:
             models[config] = create_model(done[0]["model"], **done[0]["model_kwargs"]).eval()
         for depth_key in done[0]["test"]:
