@@ -96,7 +96,7 @@ def test_bench_nmt_smoke():
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_bench_nmt_compiled_decoder_smoke():
     # the tiny architectures (two decoder layers each) take the same compile paths as the
-    # default six in a third of the compile time; test_bench_nmt_smoke has the training rows
+    # default six, in much less compile time; test_bench_nmt_smoke has the training rows
     out = run_script("bench_nmt", "--compile-decoder", "--no-memory", "--skip-train", "--fairseq-arch",
                      "transformer_tiny", "--sret-arch", "sret_transformer_tiny", timeout=600)
     for name in ("fairseq transformer, compiled decoder layers", "sret, compiled decoder layers"):
