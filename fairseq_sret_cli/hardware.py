@@ -3,17 +3,30 @@ runner and the benchmarks."""
 
 import platform
 from pathlib import Path
+from typing import Optional
 
 
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), for the hardware line of every figure."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def cpu_model(cpuinfo: Optional[str] = None) -> str:
+    """The processor's model name with its family and model numbers (``/proc/cpuinfo``, or the
+    text ``cpuinfo``), for the hardware line of every figure: virtual machines often report a
+    bare "AMD EPYC" or "Intel(R) Xeon(R) Processor" for several generations, whose CPU seconds
+    do not compare."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:  # the first processor's
+            fields[key.strip()] = value.strip()
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine()
+    if fields.get("cpu family") and fields.get("model"):
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def device_name(cpu: bool = False) -> str:

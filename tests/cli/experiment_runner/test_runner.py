@@ -16,6 +16,15 @@ from fairseq_sret_cli.toy import write_reversal_corpus
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
+def test_cpu_model_tells_apart_generations_sold_under_one_name():
+    zen3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
+    zen5 = zen3.replace("25", "26").replace(": 1\n", ": 2\n")
+    assert cpu_model(zen3) == "AMD EPYC (family 25, model 1)" and cpu_model(zen5) == "AMD EPYC (family 26, model 2)"
+    assert cpu_model("model name\t: Neoverse-V2\n") == "Neoverse-V2"  # no family or model line
+    two = zen5 + "\nprocessor\t: 1\ncpu family\t: 99\nmodel\t\t: 9\nmodel name\t: other\n"
+    assert cpu_model(two) == cpu_model(zen5)  # the first processor names the machine
+
+
 LOG = """\
 2026 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "5.8", "num_updates": "5", "wps": "16072", "wall": "2"}
 2026 | INFO | valid | {"epoch": 1, "valid_loss": "4.935", "valid_num_updates": "10"}
