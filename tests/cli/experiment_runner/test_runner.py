@@ -16,6 +16,7 @@ from fairseq_sret_cli.toy import write_reversal_corpus
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
+
 def test_cpu_model_tells_apart_generations_sold_under_one_name():
     zen3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
     zen5 = zen3.replace("25", "26").replace(": 1\n", ": 2\n")
