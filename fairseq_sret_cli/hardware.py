@@ -16,11 +16,9 @@ def cpu_model(cpuinfo: Optional[str] = None) -> str:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    fields = {}
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() not in fields:  # the first processor's
-            fields[key.strip()] = value.strip()
+    first_processor = cpuinfo.strip().split("\n\n", 1)[0]
+    fields = {key.strip(): value.strip() for key, sep, value in
+              (line.partition(":") for line in first_processor.splitlines()) if sep}
     name = fields.get("model name")
     if not name:
         return platform.processor() or platform.machine()
