@@ -35,7 +35,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import numpy as np
 import torch
@@ -213,6 +213,20 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
+def training_processors(history: List[dict]) -> dict:
+    """``cpu``: the processor the run trained on, and ``cpu_seconds_by_cpu``: its training CPU
+    seconds by processor. A run resumed on another machine names every processor it ran on
+    (joined by " + "), so that its seconds are never filed under one of them; epochs logged
+    without one (before processors were recorded) count under "not recorded"."""
+    by_cpu: Dict[str, float] = {}
+    before = 0.0
+    for stats in history:
+        name = stats.get("cpu", "not recorded")
+        by_cpu[name] = by_cpu.get(name, 0.0) + stats["cpu_seconds"] - before
+        before = stats["cpu_seconds"]
+    return {"cpu": " + ".join(by_cpu) if by_cpu else cpu_model(), "cpu_seconds_by_cpu": by_cpu}
+
+
 def settings_of(args) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
 
@@ -387,6 +401,7 @@ class CifarRun:
         self._augmentations(img_size)
         self._optimisation()
         self.start_epoch, self.cpu_seconds, self.history = 0, 0.0, []
+        self.processor = cpu_model()
         self._restore()
         self.soft_target_loss = timm.loss.SoftTargetCrossEntropy()
 
@@ -494,9 +509,9 @@ class CifarRun:
             stats.update(self._validate())
             self._check_finite(self.model, stats, f"epoch {epoch + 1}")
             self.cpu_seconds += time.process_time() - cpu_start
-            stats.update(cpu_seconds=self.cpu_seconds, wall_seconds=time.time() - wall_start)
+            stats.update(cpu_seconds=self.cpu_seconds, wall_seconds=time.time() - wall_start, cpu=self.processor)
             self.history.append(stats)
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in stats.items() if k != "epoch")
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in stats.items() if k not in ("epoch", "cpu"))
             log(f"epoch {epoch + 1}/{args.epochs} done: {shown}")
             if args.output:
                 self._save(epoch)
@@ -589,7 +604,7 @@ class CifarRun:
             "test": evaluate_depths(self.model, self.test, self.mean, self.std, batch),
             "test_ema": evaluate_depths(ema.module, self.test, self.mean, self.std, batch) if ema is not None else None,
             "val": self.history[-1].get("val_acc1") if self.history else None, "data": self.data_facts,
-            "settings": settings_of(args), "cpu": cpu_model(), "threads": torch.get_num_threads(),
+            "settings": settings_of(args), **training_processors(self.history), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "timm": self.timm.__version__,
         }
         for name in ("test", "test_ema"):

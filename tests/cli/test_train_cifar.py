@@ -111,6 +111,41 @@ def test_an_interrupted_run_resumes_to_the_same_weights(image_folder, tmp_path, 
     assert [h["epoch"] for h in b["history"]] == [0, 1]
 
 
+@pytest.mark.reliability("tied-to-inputs")
+def test_a_run_resumed_on_another_processor_names_both(image_folder, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    write_text = Outputs.write_text
+
+    def killed_after_the_first_checkpoint(self, path, text, own=None):
+        if path.name == "log.jsonl":
+            raise KeyboardInterrupt
+        return write_text(self, path, text, own)
+
+    monkeypatch.setattr(train_cifar, "cpu_model", lambda: "Processor A")
+    monkeypatch.setattr(Outputs, "write_text", killed_after_the_first_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        train_cifar.run(args(image_folder, out))
+    monkeypatch.setattr(Outputs, "write_text", write_text)
+    monkeypatch.setattr(train_cifar, "cpu_model", lambda: "Processor B")
+    result = train_cifar.run(args(image_folder, out, resume=True))
+
+    # the seconds of two machines are not filed under the one that finished the run
+    assert result["cpu"] == "Processor A + Processor B"
+    by_cpu = result["cpu_seconds_by_cpu"]
+    assert set(by_cpu) == {"Processor A", "Processor B"} and min(by_cpu.values()) > 0
+    assert sum(by_cpu.values()) == pytest.approx(result["cpu_seconds"])
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [h["cpu"] for h in log] == ["Processor A", "Processor B"]
+
+
+def test_epochs_logged_without_a_processor_are_not_given_one():
+    history = [{"epoch": 0, "cpu_seconds": 10.0}, {"epoch": 1, "cpu_seconds": 25.0, "cpu": "Processor B"}]
+    assert train_cifar.training_processors(history) == {
+        "cpu": "not recorded + Processor B", "cpu_seconds_by_cpu": {"not recorded": 10.0, "Processor B": 15.0}}
+    one = train_cifar.training_processors([{**h, "cpu": "Processor B"} for h in history])
+    assert one == {"cpu": "Processor B", "cpu_seconds_by_cpu": {"Processor B": 25.0}}
+
+
 def test_a_run_with_tuple_model_kwargs_resumes(image_folder, tmp_path, monkeypatch):
     out = tmp_path / "run"
     argv = args(image_folder, out, max_steps_per_epoch=1, model_kwargs="groups=((4,2),(2,1),(1,1))")
