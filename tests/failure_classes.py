@@ -36,8 +36,9 @@ CLASSES = [
         "Every result and cache records what it came from: a data-bin's contents (dictionaries, file "
         "sizes), an image set's pixels, labels and class names, the training settings, the generation "
         "options that ran, the processors a training's CPU seconds were spent on. It is reused only "
-        "when they match; otherwise it is refused naming the difference, or computed again. Options that would change the model or the search inside a "
-        "free-form passthrough are refused; an incomplete or piped generation output is refused or read once."),
+        "when they match; otherwise it is refused naming the difference, or computed again. Options "
+        "that would change the model or the search inside a free-form passthrough are refused; an "
+        "incomplete or piped generation output is refused or read once."),
     FailureClass(
         "metadata-survives", "A transformation drops what a loader checks",
         "Checkpoints keep their dictionary fingerprints through averaging and uptraining, and vision "
