@@ -6,6 +6,7 @@
     title: "CIFAR-10: the paper's ablation ladder"
     data: data/cifar10                     # default for --data (an ImageFolder or a torchvision download)
     seeds: [1, 2]
+    max_seeds: 3                           # optional: the most seeds a row gets (close pairs then stay open)
     train:
       args: --epochs 40 --batch-size 128 --threads 1 --model-ema   # sret-train-cifar's options
     rows:
@@ -62,6 +63,7 @@ class ImageExperiment:
     rows: List[ImageRow]
     notes: str = ""
     path: str = ""
+    max_seeds: Optional[int] = None
 
     def runs(self, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None) -> List[tuple]:
         """(row, seed) of every run, each row's first seed first: a table fills row by row, then seed by seed."""
@@ -84,7 +86,7 @@ def _args(value, where: str) -> List[str]:
 
 
 def parse_image_experiment(raw: dict, path) -> ImageExperiment:
-    known = {"kind", "name", "title", "data", "seeds", "train", "rows", "notes"}
+    known = {"kind", "name", "title", "data", "seeds", "max_seeds", "train", "rows", "notes"}
     unknown = set(raw) - known
     if unknown:
         raise ExperimentError(f"{path}: unknown fields {sorted(unknown)} (a vision experiment has {sorted(known)})")
@@ -92,6 +94,9 @@ def parse_image_experiment(raw: dict, path) -> ImageExperiment:
     if not isinstance(name, str) or not name:
         raise ExperimentError(f"{path}: 'name' is required")
     seeds = raw.get("seeds", [1])
+    max_seeds = raw.get("max_seeds")
+    if max_seeds is not None and (type(max_seeds) is not int or max_seeds < 2):
+        raise ExperimentError(f"{path}: max_seeds must be an integer of 2 or more, got {max_seeds!r}")
     train = raw.get("train") or {}
     if not isinstance(train, dict) or set(train) - {"args"}:
         raise ExperimentError(f"{path}: 'train' takes only 'args'")
@@ -110,12 +115,15 @@ def parse_image_experiment(raw: dict, path) -> ImageExperiment:
         integers = isinstance(row_seeds, list) and all(type(s) is int for s in row_seeds)
         if not integers or len(set(row_seeds)) != len(row_seeds):
             raise ExperimentError(f"{where}: seeds must be a list of distinct integers, got {row_seeds!r}")
+        if max_seeds is not None and len(row_seeds) > max_seeds:
+            raise ExperimentError(f"{where}: {len(row_seeds)} seeds, more than max_seeds ({max_seeds})")
         rows.append(ImageRow(str(row["id"]), str(row.get("title", row["id"])), str(row["model"]),
                              _args(row.get("args"), f"{where}.args"), list(row_seeds)))
     if not rows:
         raise ExperimentError(f"{path}: no rows")
     return ImageExperiment(name, str(raw.get("title", name)), raw.get("data"),
-                           _args(train.get("args"), f"{path}: train.args"), rows, str(raw.get("notes", "")), str(path))
+                           _args(train.get("args"), f"{path}: train.args"), rows, str(raw.get("notes", "")), str(path),
+                           max_seeds)
 
 
 def run_folder(output: Path, row: ImageRow, seed: int) -> Path:
@@ -302,13 +310,14 @@ def _cpu_seconds(done: Sequence[dict]) -> str:
 
 def _rows_seeds_cannot_tell_apart(experiment: ImageExperiment, records: List[dict]) -> List[str]:
     """The report's lines on rows whose test top-1 means lie within 2 standard deviations of each
-    other (a further seed is due), as for translation."""
+    other: a further seed is due, or the pair stays open where both rows have the experiment's
+    ``max_seeds``."""
     rows = []
     for row in experiment.rows:
         top1 = [_top1(r["result"]) for r in records if r["row"] == row.id and r["status"] == "done"]
         rows.append({"id": row.id, "stats": {"top1": {"mean": mean(top1) if top1 else None, "n": len(top1),
                                                       "std": stdev(top1) if len(top1) > 1 else None}}})
-    return close_rows(rows, [("top1", "test top-1")])
+    return close_rows(rows, [("top1", "test top-1")], experiment.max_seeds)
 
 
 def write_image_results(experiment: ImageExperiment, records: List[dict], results: Path, command: str,

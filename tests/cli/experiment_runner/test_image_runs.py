@@ -16,10 +16,10 @@ FAST = ("--epochs 1 --batch-size 4 --val-split 4 --max-steps-per-epoch 1 --log-i
         " --eval-batch-size 8")
 
 
-def experiment_file(tmp_path, rows, args=FAST):
+def experiment_file(tmp_path, rows, args=FAST, **fields):
     path = tmp_path / "ladder.yaml"
     path.write_text(json.dumps({"kind": "vision", "name": "tiny_ladder", "title": "tiny", "seeds": [1],
-                                "train": {"args": args}, "rows": rows}))
+                                "train": {"args": args}, "rows": rows, **fields}))
     return path
 
 
@@ -46,6 +46,16 @@ def images(tmp_path):
 def test_rows_that_the_runner_would_override_or_misread_are_refused(tmp_path, row, message):
     with pytest.raises(ExperimentError, match=message):
         parse_image_experiment(json.loads(experiment_file(tmp_path, [row]).read_text()), "ladder.yaml")
+
+
+@pytest.mark.parametrize("max_seeds, message", [(1, "integer of 2 or more"), ("3", "integer of 2 or more"),
+                                                (2, "3 seeds, more than max_seeds")])
+@pytest.mark.reliability("inputs-as-they-seem")
+def test_a_seed_cap_that_no_pair_could_reach_or_a_row_exceeds_is_refused(tmp_path, max_seeds, message):
+    row = {"id": "r", "model": "sret_cifar", "seeds": [1, 2, 3]}
+    with pytest.raises(ExperimentError, match=message):
+        parse_image_experiment(json.loads(experiment_file(tmp_path, [row], max_seeds=max_seeds).read_text()),
+                               "ladder.yaml")
 
 
 def test_runs_train_resume_and_report_row_by_row(images, tmp_path):
@@ -176,3 +186,24 @@ def test_the_table_names_the_rows_whose_seeds_cannot_tell_them_apart(tmp_path):
     table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
     close = [line for line in table.splitlines() if line.startswith("- `")]
     assert close == ["- `a` and `b`: test top-1 70.50 against 71.30 (0.80 < 1.41)"], table  # c is apart
+    assert "a further seed is due:" in table
+
+
+def test_a_close_pair_at_the_study_s_last_seed_is_open_not_due_another(tmp_path):
+    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+
+    rows = [{"id": i, "title": i, "model": "sret_cifar", "seeds": [1, 2, 3]} for i in ("a", "b", "c")]
+    raw = json.loads(experiment_file(tmp_path, rows, max_seeds=3).read_text())
+    experiment = parse_image_experiment(raw, "ladder.yaml")
+
+    def run(row, seed, top1):
+        result = {"params": 1, "macs": 1e6, "cpu_seconds": 10.0, "cpu": "a CPU", "epochs": 1,
+                  "test": {"": {"acc1": top1}}}
+        return {"row": row, "seed": seed, "status": "done", "result": result, "history": []}
+
+    records = [run("a", 1, 70.0), run("a", 2, 71.0), run("a", 3, 70.5), run("b", 1, 71.2), run("b", 2, 71.4),
+               run("c", 1, 70.4), run("c", 2, 70.6), run("c", 3, 70.5)]
+    table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
+    close = [line for line in table.splitlines() if line.startswith("- `")]
+    assert close == ["- `a` and `b`: test top-1 70.50 against 71.30 (0.80 < 1.00): a further seed is due",
+                     "- `a` and `c`: test top-1 70.50 against 70.50 (0.00 < 1.00): open at 3 seeds each"], table
