@@ -170,19 +170,21 @@ def test_a_time_limit_stops_the_trainings_in_time_to_report(images, tmp_path, ca
     assert "missing (seeds 1)" in (tmp_path / "res" / "tiny_ladder.md").read_text()
 
 
+def done_run(row, seed, top1):
+    """A finished run's record as the runner keeps it, with test top-1 ``top1``."""
+    result = {"params": 1, "macs": 1e6, "cpu_seconds": 10.0, "cpu": "a CPU", "epochs": 1,
+              "test": {"": {"acc1": top1}}}
+    return {"row": row, "seed": seed, "status": "done", "result": result, "history": []}
+
+
 def test_the_table_names_the_rows_whose_seeds_cannot_tell_them_apart(tmp_path):
     from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
 
     rows = [{"id": i, "title": i, "model": "sret_cifar"} for i in ("a", "b", "c")]
     experiment = parse_image_experiment(json.loads(experiment_file(tmp_path, rows).read_text()), "ladder.yaml")
 
-    def run(row, seed, top1):
-        result = {"params": 1, "macs": 1e6, "cpu_seconds": 10.0, "cpu": "a CPU", "epochs": 1,
-                  "test": {"": {"acc1": top1}}}
-        return {"row": row, "seed": seed, "status": "done", "result": result, "history": []}
-
-    records = [run("a", 1, 70.0), run("a", 2, 71.0), run("b", 1, 71.2), run("b", 2, 71.4),
-               run("c", 1, 75.0), run("c", 2, 75.2)]
+    records = [done_run(*run) for run in (("a", 1, 70.0), ("a", 2, 71.0), ("b", 1, 71.2), ("b", 2, 71.4),
+                                          ("c", 1, 75.0), ("c", 2, 75.2))]
     table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
     close = [line for line in table.splitlines() if line.startswith("- `")]
     assert close == ["- `a` and `b`: test top-1 70.50 against 71.30 (0.80 < 1.41)"], table  # c is apart
@@ -196,13 +198,8 @@ def test_a_close_pair_at_the_study_s_last_seed_is_open_not_due_another(tmp_path)
     raw = json.loads(experiment_file(tmp_path, rows, max_seeds=3).read_text())
     experiment = parse_image_experiment(raw, "ladder.yaml")
 
-    def run(row, seed, top1):
-        result = {"params": 1, "macs": 1e6, "cpu_seconds": 10.0, "cpu": "a CPU", "epochs": 1,
-                  "test": {"": {"acc1": top1}}}
-        return {"row": row, "seed": seed, "status": "done", "result": result, "history": []}
-
-    records = [run("a", 1, 70.0), run("a", 2, 71.0), run("a", 3, 70.5), run("b", 1, 71.2), run("b", 2, 71.4),
-               run("c", 1, 70.4), run("c", 2, 70.6), run("c", 3, 70.5)]
+    records = [done_run(*run) for run in (("a", 1, 70.0), ("a", 2, 71.0), ("a", 3, 70.5), ("b", 1, 71.2),
+                                          ("b", 2, 71.4), ("c", 1, 70.4), ("c", 2, 70.6), ("c", 3, 70.5))]
     table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
     close = [line for line in table.splitlines() if line.startswith("- `")]
     assert close == ["- `a` and `b`: test top-1 70.50 against 71.30 (0.80 < 1.00): a further seed is due",
