@@ -20,6 +20,7 @@ BENCHMARKS = {name: Benchmark(f"benchmarks.{name}", summary) for name, summary i
     ("bench_vision", "SReT against timm's models, every fast path as a variant, --profile"),
     ("bench_compile", "torch.compile of the vision models: compile time, speed, depth switches"),
     ("bench_onnx", "ONNX export: time, size, ONNX Runtime against PyTorch"),
+    ("bench_vision_deploy", "SReT-T against DeiT-T deployed: eager, ONNX Runtime fp32 and int8, images/s"),
     ("bench_cifar_input", "where an epoch of sret-train-cifar goes: decoding, input pipeline, model"),
     ("bench_cifar_depth", "accuracy against images/s of a vision experiment's runs at every depth"),
     ("bench_nmt", "sret_transformer against fairseq's transformer, in Python"),

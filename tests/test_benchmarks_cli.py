@@ -26,6 +26,7 @@ SHARED = {
     "bench_vision": {"--smoke", "--device", "--threads", "--json"},
     "bench_compile": {"--smoke", "--device", "--threads", "--json"},
     "bench_onnx": {"--smoke", "--threads", "--json"},
+    "bench_vision_deploy": {"--smoke", "--threads", "--json"},
     "bench_cifar_input": {"--smoke", "--threads", "--json"},
     "bench_cifar_depth": {"--threads"},
     "bench_nmt": {"--smoke", "--device", "--threads", "--json"},

@@ -317,6 +317,20 @@ def test_bench_onnx_smoke():
     assert "### ONNX export" in out and len(rows(out, "sret_t")) == 1 and len(rows(out, "sret_s")) == 1
 
 
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("timm") is None,
+                    reason="needs onnxruntime and timm (pip install -e '.[onnx,timm]')")
+def test_bench_vision_deploy_smoke(tmp_path):
+    """Every model through every engine, and ONNX Runtime's fp32 logits those of PyTorch (the
+    LRC folded and the stem's BatchNorm folded before the export)."""
+    out = run_script("bench_vision_deploy", "--json", str(tmp_path / "deploy.json"), timeout=600)
+    report = json.loads((tmp_path / "deploy.json").read_text())
+    rows_ = {row[0] for table in report["tables"] for row in table["rows"]}
+    assert rows_ == {f"{m}/{e}" for m in ("sret_t", "deit_tiny_patch16_224")
+                     for e in ("pytorch/fp32", "onnxruntime/fp32", "onnxruntime/int8")}, out
+    assert report["errors"]["sret_t/onnxruntime/fp32"] < 1e-4
+    assert report["errors"]["deit_tiny_patch16_224/onnxruntime/fp32"] < 1e-4
+
+
 @pytest.mark.skipif(not HAVE_FAIRSEQ, reason="fairseq not installed")
 def test_count_ops_smoke():
     out = run_script("count_ops")
