@@ -46,6 +46,8 @@ class SlicedGroupAttention(nn.Module):
         causal: mask future positions (decoder self-attention).
         cross_attention: queries attend to a separate key/value sequence (groups must be 1).
         bias: bias on the input and output projections.
+        out_bias: bias on the output projection alone (None: as ``bias``); CCT's
+            attention has ``bias=False, out_bias=True``.
         dropout: dropout on the attention probabilities.
         schedule: a :class:`~fairseq_sret.core.schedule.RecursionSchedule` instead of
             ``groups``/``partition`` (its group counts and partition modes are taken).
@@ -71,6 +73,7 @@ class SlicedGroupAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         schedule: Optional[RecursionSchedule] = None,
+        out_bias: Optional[bool] = None,
     ):
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads != 0:
@@ -95,7 +98,7 @@ class SlicedGroupAttention(nn.Module):
         self.cross_attention = cross_attention
         self.dropout = dropout
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias if out_bias is None else out_bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

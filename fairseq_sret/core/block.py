@@ -21,6 +21,13 @@ class SReTBlock(FoldsLRC, nn.Module):
     Post-LN (fairseq's NMT default): ``x = LN(res(x, drop(f(x))))``.
     ``res`` is :class:`LearnableResidual` (plain ``x + f(x)`` when ``lrc=False``).
 
+    ``normalize_stream_before_ffn`` (pre-LN only): the stream itself is normalised between
+    the attention and the FFN, ``x = LN(x); x = res(x, drop(FFN(x)))``, so the FFN's skip is
+    the normalised stream: the layer of the Compact Convolutional Transformer (Hassani et
+    al., arXiv:2104.05704). ``qkv_bias``: bias of the attention's input projections, and of
+    its output projections unless ``out_proj_bias`` is given (CCT: ``qkv_bias=False,
+    out_proj_bias=True``).
+
     ``groups``/``partition`` (or a ``schedule`` to take them from) say how the
     self-attention of each application slices; the layer that re-applies this block (a
     :class:`~fairseq_sret.core.Recursive`, which keeps the schedule of what runs) passes each
@@ -51,12 +58,17 @@ class SReTBlock(FoldsLRC, nn.Module):
         drop_path: float = 0.0,
         norm_eps: float = 1e-5,
         schedule: Optional[RecursionSchedule] = None,
+        out_proj_bias: Optional[bool] = None,
+        normalize_stream_before_ffn: bool = False,
     ):
         super().__init__()
+        if normalize_stream_before_ffn and not normalize_before:
+            raise ValueError("normalize_stream_before_ffn is an option of pre-LN blocks (normalize_before=True)")
         self.normalize_before = normalize_before
+        self.normalize_stream_before_ffn = normalize_stream_before_ffn
         self.self_attn = SlicedGroupAttention(
             embed_dim, num_heads, groups, partition, causal=causal, bias=qkv_bias,
-            dropout=attention_dropout, schedule=schedule,
+            dropout=attention_dropout, schedule=schedule, out_bias=out_proj_bias,
         )
         self.self_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.self_attn_residual = LearnableResidual(lrc)
@@ -64,7 +76,7 @@ class SReTBlock(FoldsLRC, nn.Module):
         if cross_attention:
             self.cross_attn = SlicedGroupAttention(
                 embed_dim, num_heads, 1, cross_attention=True, bias=qkv_bias,
-                dropout=attention_dropout,
+                dropout=attention_dropout, out_bias=out_proj_bias,
             )
             self.cross_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
             self.cross_attn_residual = LearnableResidual(lrc)
@@ -170,7 +182,10 @@ class SReTBlock(FoldsLRC, nn.Module):
             return x
 
         h = normed if normed is not None else self.self_attn_norm(x)
+        last = len(sublayers) - 1
         for i, (_, residual, fn) in enumerate(sublayers):
+            if i == last and self.normalize_stream_before_ffn:
+                x = h  # the FFN's skip is the normalised stream (CCT)
             branch = self.drop_path(self.dropout(fn(h)))
             following = sublayers[i + 1][0] if i + 1 < len(sublayers) else next_norm
             if following is None:

@@ -30,7 +30,8 @@ Exactness: the folded model computes the same function in exact arithmetic, for 
 of every scale (LayerNorm eps and weight sign are adjusted, not approximated); in floating
 point the results differ by rounding (tested: float64 to 1e-10, float32 to 1e-4 relative on
 SReT-T and the translation model). Where a skip scale is zero (no ``1 / P``), or a
-LayerNorm without weight would need a sign flip, that layer keeps its skip scales as
+LayerNorm without weight would need a sign flip, or the layer normalises its stream between
+sub-layers (CCT's, ``normalize_stream_before_ffn``), that layer keeps its skip scales as
 constants (``s_i * x + f``, one kernel each) and only the branch scales are folded.
 
 After folding, every residual is one element-wise kernel (``x + f`` or ``a * x + f`` with a
@@ -106,7 +107,9 @@ def fold_lrc(model: nn.Module, skip: bool = True, inplace: bool = False) -> nn.M
         s = [float(res.skip_scale.detach()) for _, res, _ in subs]
         b = [float(res.branch_scale.detach()) for _, res, _ in subs]
         pre_ln = bool(getattr(layer, "normalize_before", True))
-        if pre_ln:
+        # a stream normalised mid-layer (CCT's) is at true scale after its LayerNorm, which the
+        # scale-carrying fold below does not model: such a layer folds its branch scales only
+        if pre_ln and not getattr(layer, "normalize_stream_before_ffn", False):
             # the norms after the first read the stream at scale P_{i-1}
             scales = [1.0]
             for value in s[:-1]:
@@ -123,7 +126,7 @@ def fold_lrc(model: nn.Module, skip: bool = True, inplace: bool = False) -> nn.M
                     _scale_linear(lin, b[i] if last else b[i] / scales[i + 1])
                     replacements.append((res, FoldedResidual(scales[i] * s[i] if last else 1.0)))
                 continue
-        else:
+        elif not pre_ln:
             ok = skip and all(
                 value != 0.0 and isinstance(n, nn.LayerNorm) and (n.weight is not None or value > 0)
                 for (n, _, _), value in zip(subs, s)

@@ -60,6 +60,11 @@ class SReTLayerSpec:
     ``activation_dropout`` is the FFN's inner dropout; ``drop_path``: the block's stochastic
     depth rate (vision); ``norm_eps``: its LayerNorms'; ``checkpoint``: recompute each
     application in the backward pass (memory grows with unique layers, not depth).
+    ``qkv_bias``: bias of the attention's q/k/v projections (the output projections always
+    have one); ``normalize_stream_before_ffn``: the stream itself is normalised between
+    attention and FFN, the FFN's skip being the normalised stream (the Compact Convolutional
+    Transformer, :class:`SReTBlock`). CCT's layer: ``qkv_bias=False,
+    normalize_stream_before_ffn=True``.
     """
 
     embed_dim: int
@@ -78,6 +83,8 @@ class SReTLayerSpec:
     drop_path: float = 0.0
     norm_eps: float = 1e-5
     checkpoint: bool = False
+    qkv_bias: bool = True
+    normalize_stream_before_ffn: bool = False
 
     def build(self) -> Recursive:
         """A freshly initialised layer: (B, T, C) -> (B, T, C)."""
@@ -96,6 +103,9 @@ class SReTLayerSpec:
             activation=self.activation,
             drop_path=self.drop_path,
             norm_eps=self.norm_eps,
+            qkv_bias=self.qkv_bias,
+            out_proj_bias=True,
+            normalize_stream_before_ffn=self.normalize_stream_before_ffn,
         )
         return self.recursion.apply(block)
 
