@@ -9,7 +9,8 @@ Importing this package registers the models with timm when timm is installed: af
 configs, ``features_only=True``, timm's scripts; docs/vision.md).
 """
 
-from . import mixer, sret  # noqa: F401  (register the models)
+from . import cct, mixer, sret  # noqa: F401  (register the models)
+from .cct import CCT, CCTConfig
 from .complexity import count_macs, count_params
 from .export import check_onnx, export_onnx
 from .factory import create_model, register_with_timm
@@ -22,6 +23,8 @@ from .weights import checkpoint_filter_fn, convert_official_state_dict, load_che
 register_with_timm()
 
 __all__ = [
+    "CCT",
+    "CCTConfig",
     "GLOBAL_GROUPS",
     "MixerConfig",
     "RecursiveMixer",

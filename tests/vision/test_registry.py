@@ -19,11 +19,12 @@ def test_every_model_has_its_pretrained_config():
     for name in list_models():
         cfg = create_model(name, device="meta").pretrained_cfg
         assert cfg["architecture"] == name
-        size = 512 if name.endswith("_512") else 384 if name.endswith("_384") else 32 if "_cifar" in name else 224
+        cifar = "_cifar" in name or name.endswith("_32")  # the CIFAR SReTs and the CCTs
+        size = 512 if name.endswith("_512") else 384 if name.endswith("_384") else 32 if cifar else 224
         assert cfg["input_size"] == (3, size, size)
         assert cfg["crop_pct"] == (0.875 if size == 224 else 1.0)
         assert cfg["num_classes"] == (10 if size == 32 else 1000)
-        assert cfg["first_conv"] in ("stem.0.conv", "stem") and cfg["classifier"] == "head"
+        assert cfg["first_conv"] in ("stem.0.conv", "stem", "tokenizer.0.conv") and cfg["classifier"] == "head"
         assert cfg["fixed_input_size"] == name.endswith("mixer_b16")
     assert create_model("sret_t").default_cfg["notes"] == ("official ImageNet-1k weights: SReT_T",)
     assert "notes" not in create_model("sret_b", device="meta").pretrained_cfg
