@@ -9,7 +9,8 @@ folder ``torchvision.datasets.CIFAR10(root, download=True)`` fills. The images a
 and held as uint8 tensors; the augmentation runs on them per batch.
 
 The recipe is timm's, from timm's library: random crop (4-pixel zero padding) and flip, then
-RandAugment (``--aa``), normalisation, random erasing (``--reprob``), Mixup/CutMix
+RandAugment (``--aa``; or, before the crop, AutoAugment's CIFAR-10 policy: ``--aa cifar10``, the
+CCT recipe's), normalisation, random erasing (``--reprob``), Mixup/CutMix
 (``--mixup``/``--cutmix``, soft-target cross-entropy) or label smoothing, its optimizer and
 scheduler factories (``--opt``, ``--sched``, per-update warm-up and decay) and model EMA
 (``--model-ema``). Options keep timm's ``train.py`` names. fp32 on the CPU.
@@ -106,7 +107,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-lr", type=at_least(0.0, float), default=1e-6)
     p.add_argument("--min-lr", type=at_least(0.0, float), default=1e-5)
     p.add_argument("--aa", default="rand-m9-mstd0.5-inc1",
-                   help="timm RandAugment config ('' or none: off; default: DeiT's %(default)s)")
+                   help="timm RandAugment config, or cifar10: AutoAugment's CIFAR-10 policy (torchvision's), applied"
+                        " before the crop ('' or none: off; default: DeiT's %(default)s)")
     p.add_argument("--reprob", type=in_range(0.0, 1.0), default=0.25, help="random erasing probability")
     p.add_argument("--mixup", type=at_least(0.0, float), default=0.8, help="Mixup alpha (0: off)")
     p.add_argument("--cutmix", type=at_least(0.0, float), default=1.0, help="CutMix alpha (0: off)")
@@ -140,17 +142,20 @@ def _timm():
 
 # ----------------------------------------------------------------------------- data
 class AugmentedImages(Dataset):
-    """uint8 images (N, H, W, 3) -> (random crop with ``padding`` zero pixels, horizontal flip,
-    then ``rand_augment`` on a PIL view) as (3, H, W) uint8, and the target."""
+    """uint8 images (N, H, W, 3) -> (``auto_augment`` on (3, H, W) uint8, random crop with
+    ``padding`` zero pixels, horizontal flip, then ``rand_augment`` on a PIL view) as (3, H, W)
+    uint8, and the target."""
 
-    def __init__(self, data: ImageTensors, padding: int = 4, rand_augment=None):
-        self.data, self.padding, self.rand_augment = data, padding, rand_augment
+    def __init__(self, data: ImageTensors, padding: int = 4, rand_augment=None, auto_augment=None):
+        self.data, self.padding, self.rand_augment, self.auto_augment = data, padding, rand_augment, auto_augment
 
     def __len__(self) -> int:
         return len(self.data)
 
     def __getitem__(self, index: int):
         img = self.data.images[index]
+        if self.auto_augment is not None:
+            img = self.auto_augment(img.permute(2, 0, 1)).permute(1, 2, 0)
         h, w = img.shape[:2]
         if self.padding:
             padded = F.pad(img.permute(2, 0, 1), (self.padding,) * 4)
@@ -299,6 +304,21 @@ def resume_state(args) -> dict:
     return state
 
 
+#: ``--aa`` values naming one of torchvision's AutoAugment policies (``AutoAugmentPolicy``'s values)
+AUTO_AUGMENT_POLICIES = ("cifar10",)
+#: the fill of the pixels AutoAugment's shears, translations and rotations uncover: the grey of
+#: the AutoAugment implementation the CCT recipe trained with
+AUTO_AUGMENT_FILL = (128, 128, 128)
+
+
+def auto_augment_transform(policy: str):
+    """torchvision's AutoAugment with ``policy`` (one of :data:`AUTO_AUGMENT_POLICIES`), on
+    (3, H, W) uint8 tensors; its random choices draw from torch's generator."""
+    from torchvision.transforms import AutoAugment, AutoAugmentPolicy
+
+    return AutoAugment(AutoAugmentPolicy(policy), fill=list(AUTO_AUGMENT_FILL))
+
+
 #: the sections of timm's RandAugment config after "rand" (timm skips others without a word)
 RAND_AUGMENT_SECTION = re.compile(r"(mstd|mmax|inc|m|n|p)\d.*|t(weights|3aw|3a)")
 
@@ -308,8 +328,9 @@ def check_rand_augment(config: str) -> None:
     section timm does not know (which it would skip, training with its defaults instead)."""
     kind, *sections = config.split("-")
     if kind != "rand":
-        raise UsageError(f"--aa {config}: a RandAugment config starts with 'rand' (e.g. rand-m9-mstd0.5-inc1);"
-                         " '' or none turns it off")
+        raise UsageError(f"--aa {config}: a RandAugment config starts with 'rand' (e.g. rand-m9-mstd0.5-inc1),"
+                         f" an AutoAugment policy is one of {', '.join(AUTO_AUGMENT_POLICIES)}; '' or none turns"
+                         " it off")
     unknown = [section for section in sections if not RAND_AUGMENT_SECTION.fullmatch(section)]
     if unknown:
         raise UsageError(f"--aa {config}: unknown section {unknown[0]!r}; the sections are mN, nN, pX, mstdX,"
@@ -326,7 +347,7 @@ def check_options(args) -> None:
                if key in args.model_kwargs and (key != "drop_path_rate" or args.drop_path is not None)]
     if decided:
         raise UsageError(f"--model-kwargs: {', '.join(decided)} cannot be given here")
-    if args.aa and args.aa != "none":
+    if args.aa and args.aa != "none" and args.aa not in AUTO_AUGMENT_POLICIES:
         check_rand_augment(args.aa)
 
 
@@ -431,8 +452,10 @@ class CifarRun:
 
     def _augmentations(self, img_size) -> None:
         args, timm = self.args, self.timm
-        rand_augment = None
-        if args.aa and args.aa != "none":
+        rand_augment = auto_augment = None
+        if args.aa in AUTO_AUGMENT_POLICIES:
+            auto_augment = auto_augment_transform(args.aa)
+        elif args.aa and args.aa != "none":
             # magnitudes capped just below 10 (unless the config sets mmax): there timm's increasing
             # posterize keeps 0 bits, which Pillow >= 12 refuses
             hparams = dict(translate_const=int(img_size[0] * 0.45), img_mean=tuple(round(255 * m) for m in self.mean))
@@ -442,7 +465,7 @@ class CifarRun:
                 rand_augment = timm.data.rand_augment_transform(args.aa, hparams)
             except (ValueError, AssertionError, KeyError) as exc:
                 raise UsageError(f"--aa {args.aa}: {exc}") from None
-        self.train_set = AugmentedImages(self.train_split, rand_augment=rand_augment)
+        self.train_set = AugmentedImages(self.train_split, rand_augment=rand_augment, auto_augment=auto_augment)
         self.erasing = (timm.data.random_erasing.RandomErasing(args.reprob, mode="pixel", device="cpu")
                         if args.reprob else None)
         self.mixup = None

@@ -2,6 +2,7 @@
 
 import json
 import pickle
+import random
 
 import numpy as np
 import pytest
@@ -200,6 +201,52 @@ def test_a_torchvision_download_is_read_by_torchvision(tmp_path, monkeypatch):
         assert torch.equal(train.images[0], torch.from_numpy(pixels(10, 1, 0)[0]))
     result = train_cifar.run(args(tmp_path / "cifar", epochs=1, val_split=2, reprob=0.5))
     assert result["data"]["source"] == "torchvision CIFAR10 train" and result["data"]["test_images"] == 4
+
+
+def test_the_cifar10_autoaugment_policy_changes_images_before_the_crop(image_folder):
+    data = load_split(str(image_folder), "train")
+    policy = train_cifar.auto_augment_transform("cifar10")
+    assert policy.policy.value == "cifar10" and policy.fill == list(train_cifar.AUTO_AUGMENT_FILL)
+    plain = train_cifar.AugmentedImages(data, padding=0)
+    augmented = train_cifar.AugmentedImages(data, padding=0, auto_augment=policy)
+    original = data.images[0].permute(2, 0, 1)
+    torch.manual_seed(0), random.seed(0)
+    draws = [augmented[0][0] for _ in range(30)]
+    assert all(d.dtype == torch.uint8 and d.shape == (3, 32, 32) for d in draws)
+    # without the policy an image is itself or its mirror; with it, some draws are neither
+    assert all(torch.equal(d, original) or torch.equal(d, original.flip(2)) for d in (plain[0][0] for _ in range(10)))
+    assert any(not torch.equal(d, original) and not torch.equal(d, original.flip(2)) for d in draws)
+    torch.manual_seed(0), random.seed(0)
+    assert all(torch.equal(augmented[0][0], d) for d in draws)  # the run's seeds decide its choices
+
+
+def test_a_run_with_the_cifar10_policy_applies_it_to_every_image_it_trains_on(image_folder, tmp_path, monkeypatch):
+    calls = []
+    make = train_cifar.auto_augment_transform
+
+    def counted(policy):
+        transform = make(policy)
+
+        def apply(img):
+            calls.append(tuple(img.shape))
+            return transform(img)
+        return apply
+
+    monkeypatch.setattr(train_cifar, "auto_augment_transform", counted)
+    result = train_cifar.run(args(image_folder, tmp_path / "run", aa="cifar10", mixup=0, cutmix=0, reprob=0))
+    # every image drawn (2 epochs of 2 updates of 4 images, and the batch that ends an epoch's loop)
+    assert len(calls) >= 2 * 2 * 4 and set(calls) == {(3, 32, 32)}
+    assert result["settings"]["aa"] == "cifar10"
+    # the run resumes under its own settings only
+    with pytest.raises(UsageError, match="other settings.*aa"):
+        train_cifar.run(args(image_folder, tmp_path / "run", resume=True, epochs=3, mixup=0, cutmix=0, reprob=0))
+
+
+@pytest.mark.reliability("one-line-errors")
+@pytest.mark.parametrize("value", ["cifar100", "autoaugment", "CIFAR10"])
+def test_an_autoaugment_policy_torchvision_does_not_have_is_refused(image_folder, value):
+    with pytest.raises(UsageError, match=f"--aa {value}: .*one of cifar10"):
+        train_cifar.check_command(args(image_folder, aa=value))
 
 
 def test_bad_requests_are_refused(image_folder, tmp_path):
