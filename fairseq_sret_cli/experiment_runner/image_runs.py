@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import mean, stdev
+from statistics import mean, median, stdev
 from typing import Dict, List, Optional, Sequence
 
 from .. import UserError, pyplot
@@ -291,6 +291,13 @@ def _top1(result: dict, ema: bool = False) -> Optional[float]:
     return next(iter(test.values()))["acc1"]  # the full depth comes first
 
 
+def _val_top1(record: dict) -> Optional[float]:
+    """The run's validation top-1 (the last epoch's, from its ``log.jsonl``): what decides
+    which rows get a further seed or a longer run; the test split is only reported."""
+    scores = [h["val_acc1"] for h in record.get("history") or [] if "val_acc1" in h]
+    return scores[-1] if scores else (record.get("result") or {}).get("val")
+
+
 def _mean_std(values: Sequence[float]) -> str:
     if not values:
         return "missing"
@@ -308,16 +315,82 @@ def _cpu_seconds(done: Sequence[dict]) -> str:
     return "; ".join(f"{mean(seconds):,.0f} ({cpu})" for cpu, seconds in by_cpu.items())
 
 
+def epoch_cpu_seconds(record: dict) -> Dict[str, float]:
+    """A finished run's CPU seconds per epoch, by processor: the median of its epochs on each
+    (from the cumulative seconds its ``log.jsonl`` records; an epoch logged without a processor
+    counts under the run's when it names one only). Without a log: its mean epoch."""
+    result = record["result"]
+    cpu = result.get("cpu") or ""
+    single = cpu if cpu and " + " not in cpu else None
+    by_cpu: Dict[str, List[float]] = {}
+    before = 0.0
+    for h in record.get("history") or []:
+        if "cpu_seconds" not in h:
+            continue
+        name = h.get("cpu", single)
+        if name is not None:
+            by_cpu.setdefault(name, []).append(h["cpu_seconds"] - before)
+        before = h["cpu_seconds"]
+    if not by_cpu and single is not None and result.get("epochs"):
+        return {single: result["cpu_seconds"] / result["epochs"]}
+    return {name: median(seconds) for name, seconds in by_cpu.items()}
+
+
+def row_epoch_cpu_seconds(records: Sequence[dict]) -> Dict[str, List[float]]:
+    """Processor -> the per-epoch CPU seconds (:func:`epoch_cpu_seconds`) of a row's finished runs on it."""
+    by_cpu: Dict[str, List[float]] = {}
+    for record in records:
+        for name, seconds in epoch_cpu_seconds(record).items():
+            by_cpu.setdefault(name, []).append(seconds)
+    return by_cpu
+
+
+def _median_range(values: Sequence[float], digits: int = 1) -> str:
+    if len(values) == 1:
+        return f"{values[0]:,.{digits}f}"
+    return f"{median(values):,.{digits}f} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
+
+
+def _epoch_cpu_cell(records: Sequence[dict]) -> str:
+    """Median (min-max) over a row's runs of their per-epoch CPU seconds, per processor named beside it."""
+    return "; ".join(f"{_median_range(seconds)} ({cpu}, {len(seconds)} run{'s' if len(seconds) > 1 else ''})"
+                     for cpu, seconds in row_epoch_cpu_seconds(records).items())
+
+
+def cpu_time_ratios(experiment: ImageExperiment, records: List[dict]) -> List[str]:
+    """The report's lines on each row's training CPU time against the first row's, per processor
+    both trained on: the ratio of their median per-epoch CPU seconds, and the range of the ratio
+    the runs allow (slowest over fastest, either way)."""
+    done = {row.id: [r for r in records if r["row"] == row.id and r["status"] == "done"] for row in experiment.rows}
+    reference = experiment.rows[0].id
+    base = row_epoch_cpu_seconds(done[reference])
+    found = []
+    for row in experiment.rows[1:]:
+        for cpu, seconds in row_epoch_cpu_seconds(done[row.id]).items():
+            if cpu not in base:
+                continue
+            ratio = median(seconds) / median(base[cpu])
+            low, high = min(seconds) / max(base[cpu]), max(seconds) / min(base[cpu])
+            spread = f" ({low:.2f}-{high:.2f})" if low != high else ""
+            found.append(f"| `{row.id}` | {cpu} | {len(seconds)}, {len(base[cpu])} | {ratio:.2f}{spread} |")
+    if not found:
+        return []
+    return ["", f"Training CPU time against `{reference}`, per processor both trained on: the ratio of the median"
+                " per-epoch CPU seconds of their runs there (in brackets, the range the runs allow):", "",
+            f"| row | processor | runs (row, `{reference}`) | CPU time, ratio (range) |", "|---|---|---|---|"] + found
+
+
 def _rows_seeds_cannot_tell_apart(experiment: ImageExperiment, records: List[dict]) -> List[str]:
-    """The report's lines on rows whose test top-1 means lie within 2 standard deviations of each
-    other: a further seed is due, or the pair stays open where both rows have the experiment's
-    ``max_seeds``."""
+    """The report's lines on rows whose validation top-1 means lie within 2 standard deviations of
+    each other: a further seed is due, or the pair stays open where both rows have the
+    experiment's ``max_seeds``. Decided on validation, never test, scores."""
     rows = []
     for row in experiment.rows:
-        top1 = [_top1(r["result"]) for r in records if r["row"] == row.id and r["status"] == "done"]
-        rows.append({"id": row.id, "stats": {"top1": {"mean": mean(top1) if top1 else None, "n": len(top1),
-                                                      "std": stdev(top1) if len(top1) > 1 else None}}})
-    return close_rows(rows, [("top1", "test top-1")], experiment.max_seeds)
+        val = [v for v in (_val_top1(r) for r in records if r["row"] == row.id and r["status"] == "done")
+               if v is not None]
+        rows.append({"id": row.id, "stats": {"val_top1": {"mean": mean(val) if val else None, "n": len(val),
+                                                          "std": stdev(val) if len(val) > 1 else None}}})
+    return close_rows(rows, [("val_top1", "validation top-1")], experiment.max_seeds)
 
 
 def write_image_results(experiment: ImageExperiment, records: List[dict], results: Path, command: str,
@@ -340,31 +413,37 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
     lines = [f"# {experiment.title}", "", f"Written by `{command}` from `{experiment.path}`.", ""]
     if experiment.notes:
         lines += [experiment.notes, ""]
-    lines += ["| row | model | parameters | MACs | training CPU s | epochs | test top-1 (%) | EMA test top-1 (%) |"
-              " seeds (top-1) | depth 1 top-1 |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| row | model | parameters | MACs | training CPU s | CPU s per epoch, median (range) of runs | epochs |"
+              " validation top-1 (%) | test top-1 (%) | EMA test top-1 (%) | seeds (top-1) | depth 1 top-1 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in experiment.rows:
-        done = [r["result"] for r in records if r["row"] == row.id and r["status"] == "done"]
+        done_records = [r for r in records if r["row"] == row.id and r["status"] == "done"]
+        done = [r["result"] for r in done_records]
         missing = [str(r["seed"]) for r in records if r["row"] == row.id and r["status"] != "done"]
         if not done:
-            lines.append(f"| {row.title} | `{row.model}` | | | | | missing (seeds {', '.join(missing)}) | | | |")
+            lines.append(f"| {row.title} | `{row.model}` | | | | | | | missing (seeds {', '.join(missing)}) | | | |")
             continue
         first = done[0]
         top1 = [_top1(r) for r in done]
         ema = [v for v in (_top1(r, True) for r in done) if v is not None]
         depth1 = [r["test"]["depth1"]["acc1"] for r in done if "depth1" in r["test"] and len(r["test"]) > 1]
+        val = [v for v in map(_val_top1, done_records) if v is not None]
         seeds_text = ", ".join(f"{r['seed']}: {_top1(r['result']):.2f}" for r in records
                                if r["row"] == row.id and r["status"] == "done")
         if missing:
             seeds_text += f"; missing: {', '.join(missing)}"
         lines.append(
             f"| {row.title} | `{row.model}` | {first['params']:,} | {first['macs'] / 1e6:.1f}M |"
-            f" {_cpu_seconds(done)} | {first['epochs']} | {_mean_std(top1)} |"
+            f" {_cpu_seconds(done)} | {_epoch_cpu_cell(done_records)} | {first['epochs']} |"
+            f" {_mean_std(val) if val else ''} | {_mean_std(top1)} |"
             f" {_mean_std(ema) if ema else ''} | {seeds_text} | {_mean_std(depth1) if depth1 else ''} |")
     lines += _rows_seeds_cannot_tell_apart(experiment, records)
+    lines += cpu_time_ratios(experiment, records)
     cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
     lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32. Training CPU seconds"
-              " compare rows of one processor only."]
+              " compare rows of one processor only. Validation top-1 is the last epoch's, on the images held out of"
+              " train: further seeds and longer runs are decided on it; the test split is evaluated once per run, at"
+              " its end."]
     outputs.write_text(paths["md"], "\n".join(lines) + "\n", own=ours)
     outputs.write_text(paths["json"], json_text.dumps({"experiment": experiment.name, "command": command, "runs": records},
                                                  indent=1) + "\n", own=ours)

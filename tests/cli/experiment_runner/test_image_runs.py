@@ -1,5 +1,6 @@
 """sret-experiments with an experiment file of kind: vision (sret-train-cifar runs)."""
 
+import itertools
 import json
 
 import numpy as np
@@ -67,7 +68,7 @@ def test_runs_train_resume_and_report_row_by_row(images, tmp_path):
     assert experiments.main([*common, "--rows", "baseline"]) == 0
     table = (tmp_path / "res" / "tiny_ladder.md").read_text()
     assert "| baseline | `sret_cifar_baseline` |" in table
-    assert "| SReT | `sret_cifar` | | | | | missing (seeds 1)" in table
+    assert "| SReT | `sret_cifar` | | | | | | | missing (seeds 1)" in table
     result = json.loads((tmp_path / "runs" / "baseline" / "seed1" / "result.json").read_text())
     assert result["settings"]["seed"] == 1 and result["model"] == "sret_cifar_baseline"
     baseline_line = next(line for line in table.splitlines() if line.startswith("| baseline |"))
@@ -170,11 +171,15 @@ def test_a_time_limit_stops_the_trainings_in_time_to_report(images, tmp_path, ca
     assert "missing (seeds 1)" in (tmp_path / "res" / "tiny_ladder.md").read_text()
 
 
-def done_run(row, seed, top1):
-    """A finished run's record as the runner keeps it, with test top-1 ``top1``."""
-    result = {"params": 1, "macs": 1e6, "cpu_seconds": 10.0, "cpu": "a CPU", "epochs": 1,
-              "test": {"": {"acc1": top1}}}
-    return {"row": row, "seed": seed, "status": "done", "result": result, "history": []}
+def done_run(row, seed, top1, val=None, epoch_cpu=(10.0,), cpu="a CPU"):
+    """A finished run's record as the runner keeps it: test top-1 ``top1``, validation top-1
+    ``val`` at its last epoch (default ``top1``) and the CPU seconds of its epochs on ``cpu``."""
+    val = top1 if val is None else val
+    history = [{"epoch": i, "val_acc1": val, "cpu_seconds": seconds, "cpu": cpu}
+               for i, seconds in enumerate(itertools.accumulate(epoch_cpu))]
+    result = {"params": 1, "macs": 1e6, "cpu_seconds": history[-1]["cpu_seconds"], "cpu": cpu,
+              "epochs": len(history), "test": {"": {"acc1": top1}}, "val": val}
+    return {"row": row, "seed": seed, "status": "done", "result": result, "history": history}
 
 
 def test_the_table_names_the_rows_whose_seeds_cannot_tell_them_apart(tmp_path):
@@ -187,7 +192,7 @@ def test_the_table_names_the_rows_whose_seeds_cannot_tell_them_apart(tmp_path):
                                           ("c", 1, 75.0), ("c", 2, 75.2))]
     table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
     close = [line for line in table.splitlines() if line.startswith("- `")]
-    assert close == ["- `a` and `b`: test top-1 70.50 against 71.30 (0.80 < 1.41)"], table  # c is apart
+    assert close == ["- `a` and `b`: validation top-1 70.50 against 71.30 (0.80 < 1.41)"], table  # c is apart
     assert "a further seed is due:" in table
 
 
@@ -202,5 +207,54 @@ def test_a_close_pair_at_the_study_s_last_seed_is_open_not_due_another(tmp_path)
                                           ("b", 2, 71.4), ("c", 1, 70.4), ("c", 2, 70.6), ("c", 3, 70.5))]
     table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
     close = [line for line in table.splitlines() if line.startswith("- `")]
-    assert close == ["- `a` and `b`: test top-1 70.50 against 71.30 (0.80 < 1.00): a further seed is due",
-                     "- `a` and `c`: test top-1 70.50 against 70.50 (0.00 < 1.00): open at 3 seeds each"], table
+    assert close == ["- `a` and `b`: validation top-1 70.50 against 71.30 (0.80 < 1.00): a further seed is due",
+                     "- `a` and `c`: validation top-1 70.50 against 70.50 (0.00 < 1.00): open at 3 seeds each"], table
+
+
+def test_a_further_seed_is_decided_on_validation_top1_never_on_test(tmp_path):
+    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+
+    rows = [{"id": i, "title": i, "model": "sret_cifar"} for i in ("a", "b", "c")]
+    experiment = parse_image_experiment(json.loads(experiment_file(tmp_path, rows).read_text()), "ladder.yaml")
+    # a and b: test means close, validation apart; a and c: validation close, test apart
+    records = [done_run(*run) for run in (("a", 1, 70.0, 80.0), ("a", 2, 71.0, 81.0), ("b", 1, 70.2, 90.0),
+                                          ("b", 2, 71.2, 90.5), ("c", 1, 90.0, 80.2), ("c", 2, 90.4, 81.2))]
+    table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
+    close = [line for line in table.splitlines() if line.startswith("- `")]
+    assert close == ["- `a` and `c`: validation top-1 80.50 against 80.70 (0.20 < 1.41)"], table
+    a_line = next(line for line in table.splitlines() if line.startswith("| a |"))
+    assert "| 80.50 ± 0.71 | 70.50 ± 0.71 |" in a_line  # validation, then test
+
+
+def test_epoch_cpu_seconds_are_the_median_epoch_of_each_processor():
+    from fairseq_sret_cli.experiment_runner.image_runs import epoch_cpu_seconds
+
+    run = done_run("a", 1, 70.0, epoch_cpu=(10.0, 30.0, 12.0, 11.0))
+    assert epoch_cpu_seconds(run) == {"a CPU": 11.5}  # the slow epoch does not move it
+    # epochs logged before processors were: the run's processor when it names one only
+    for h in run["history"]:
+        del h["cpu"]
+    assert epoch_cpu_seconds(run) == {"a CPU": 11.5}
+    run["result"]["cpu"] = "X + Y"
+    run["history"][-1]["cpu"] = "Y"
+    assert epoch_cpu_seconds(run) == {"Y": 11.0}  # the unnamed epochs of a resumed run are nobody's
+    assert epoch_cpu_seconds({**run, "history": []}) == {}
+
+
+def test_cpu_time_is_the_median_and_range_of_runs_on_one_processor(tmp_path):
+    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+
+    rows = [{"id": i, "title": i, "model": "sret_cifar", "seeds": [1, 2, 3]} for i in ("a", "b", "c")]
+    experiment = parse_image_experiment(json.loads(experiment_file(tmp_path, rows).read_text()), "ladder.yaml")
+    records = [done_run("a", 1, 70.0, epoch_cpu=(10.0, 11.0, 10.0)), done_run("a", 2, 70.0, epoch_cpu=(12.0, 12.0)),
+               done_run("a", 3, 70.0, epoch_cpu=(30.0,), cpu="slow CPU"),
+               done_run("b", 1, 70.0, epoch_cpu=(20.0, 21.0, 20.0)), done_run("b", 2, 70.0, epoch_cpu=(30.0,)),
+               done_run("b", 3, 70.0, epoch_cpu=(25.0,)),
+               done_run("c", 1, 70.0, epoch_cpu=(50.0,), cpu="other CPU")]
+    table = (write_image_results(experiment, records, tmp_path / "res", "cmd")["md"]).read_text()
+    rows_table, ratios = table.split("Training CPU time against `a`")
+    cells = {line.split(" | ")[0][2:]: line.split(" | ")[5] for line in rows_table.splitlines() if line.startswith("| ")}
+    assert cells["a"] == "11.0 (10.0-12.0) (a CPU, 2 runs); 30.0 (slow CPU, 1 run)"
+    assert cells["b"] == "25.0 (20.0-30.0) (a CPU, 3 runs)"
+    # b against a on the processor both trained on; c shares none with a
+    assert [line for line in ratios.splitlines() if line.startswith("| `")] == ["| `b` | a CPU | 3, 2 | 2.27 (1.67-3.00) |"]
