@@ -61,10 +61,11 @@ def build_model(name: str, smoke: bool) -> torch.nn.Module:
     return model
 
 
-def onnx_session(path: Path, threads: int):
+def onnx_session(path: Path, threads: int, profile: bool = False):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
+    options.enable_profiling = profile
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -82,6 +83,28 @@ def quantize_int8(fp32: Path, out: Path) -> Path:
     return out
 
 
+def operator_profile(path: Path, threads: int, images: torch.Tensor, iters: int) -> Dict[str, float]:
+    """ONNX Runtime's own profile of ``iters`` runs of the file at ``path``: the share of the
+    operators' time each operator type takes (what bounds the engine's speed)."""
+    import json
+
+    session = onnx_session(path, threads, profile=True)
+    for _ in range(iters + 1):  # the first run (allocations, kernel set-up) is left out
+        session.run(None, {"images": images.numpy()})
+    trace = Path(session.end_profiling())
+    events = json.loads(trace.read_text())
+    first_run = min((e for e in events if e["name"] == "model_run"), key=lambda e: e["ts"])
+    warm = first_run["ts"] + first_run["dur"]
+    totals: Dict[str, float] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] > warm:
+            op = event.get("args", {}).get("op_name", "?")
+            totals[op] = totals.get(op, 0.0) + event["dur"]
+    trace.unlink()
+    whole = sum(totals.values()) or 1.0
+    return {op: t / whole for op, t in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
 def runners(name: str, model: torch.nn.Module, folder: Path, threads: int, size: int) -> Dict[str, Callable]:
     """Row name -> a function of a (B, 3, H, W) float tensor returning logits as a tensor."""
     from fairseq_sret.vision import export_onnx
@@ -97,7 +120,8 @@ def runners(name: str, model: torch.nn.Module, folder: Path, threads: int, size:
     def engine(session):
         return lambda images: torch.from_numpy(session.run(None, {"images": images.numpy()})[0])
 
-    return {"pytorch/fp32": eager, **{key: engine(s) for key, s in sessions.items()}}
+    runs = {"pytorch/fp32": eager, **{key: engine(s) for key, s in sessions.items()}}
+    return runs, {"onnxruntime/fp32": fp32, "onnxruntime/int8": int8}
 
 
 def time_once(run: Callable, images: torch.Tensor, iters: int, clock: Callable[[], float]) -> float:
@@ -117,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--batches", nargs="+", type=positive_int, default=[1, 16], metavar="B")
     p.add_argument("--iters", type=positive_int, default=10, help="timed forwards per measurement")
+    p.add_argument("--profile", action="store_true",
+                   help="also print ONNX Runtime's operator profile of each file (share of time per operator type)")
     p.add_argument("--rounds", type=positive_int, default=3,
                    help="measurements per row, round-robin (the table: their median and range)")
     return p
@@ -131,13 +157,21 @@ def main(argv=None) -> int:
     clock = time.process_time if args.threads == 1 else time.perf_counter
     rows: Dict[str, Callable] = {}
     errors: Dict[str, float] = {}
+    profiles: Dict[str, Dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         probe = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
         for name in args.models:
             model = build_model(name, args.smoke)
-            for engine, run in runners(name, model, Path(tmp), args.threads, size).items():
+            runs, files = runners(name, model, Path(tmp), args.threads, size)
+            for engine, run in runs.items():
                 rows[f"{name}/{engine}"] = run
                 errors[f"{name}/{engine}"] = (run(probe) - rows[f"{name}/pytorch/fp32"](probe)).abs().max().item()
+            if args.profile:
+                for engine, path in files.items():
+                    shares = operator_profile(path, args.threads, probe[:1], args.iters)
+                    profiles[f"{name}/{engine}"] = shares
+                    print_table(f"{name}/{engine}: operator types by share of ONNX Runtime's kernel time, batch 1",
+                                ["operator", "share"], [[op, f"{share:.1%}"] for op, share in list(shares.items())[:8]])
         measured: Dict[tuple, List[float]] = {}
         for batch in args.batches:
             images = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(batch))
@@ -163,7 +197,7 @@ def main(argv=None) -> int:
     print_table(f"{args.threads} thread(s), {size}x{size}: {args.rounds} measurements of {args.iters} forwards "
                 f"each, {'CPU' if args.threads == 1 else 'wall'} time", headers, table)
     finish_benchmark(args, rows={f"{row}/b{batch}": speeds for (row, batch), speeds in measured.items()},
-                     errors=errors)
+                     errors=errors, profiles=profiles)
     return 0
 
 
