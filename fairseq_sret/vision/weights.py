@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ..checkpoints import load_checkpoint as read_safely
 from ..checkpoints import mismatch_summary
 from ..checkpoints import save_checkpoint as write_atomically
+from .cct import CCT
 from .sret import SReT, resize_pos_embed
 
 _BLOCK_NAMES = {
@@ -144,7 +145,7 @@ def checkpoint_filter_fn(checkpoint: Mapping, model: nn.Module) -> Dict[str, Ten
     if isinstance(model, SReT) and is_official_state_dict(state_dict):
         state_dict = convert_official_state_dict(state_dict, model)
     own = model.state_dict()
-    if "pos_embed" in state_dict and "pos_embed" in own and isinstance(model, SReT):
+    if "pos_embed" in state_dict and "pos_embed" in own and isinstance(model, (SReT, CCT)):
         pos = state_dict["pos_embed"]
         if pos.shape != own["pos_embed"].shape and pos.shape[:2] == own["pos_embed"].shape[:2]:
             state_dict["pos_embed"] = resize_pos_embed(pos.float(), tuple(own["pos_embed"].shape[-2:])).to(pos.dtype)

@@ -257,6 +257,15 @@ def test_registered_as_vision_and_timm_models():
     assert [f.shape[1] for f in backbone(images(1))] == [WIDTH] * 3
 
 
+def test_a_checkpoint_loads_at_another_resolution(tmp_path):
+    """The position embedding is interpolated to the model's grid, as for SReT."""
+    from fairseq_sret.vision import save_checkpoint
+
+    save_checkpoint(create_model("sret_cct_2_3x2_32"), tmp_path / "cct.pt")
+    model = create_model("sret_cct_2_3x2_32", img_size=64, checkpoint_path=str(tmp_path / "cct.pt"))
+    assert model.pos_embed.shape == (1, WIDTH, 16, 16)
+
+
 # --------------------------------------------------------------------------- training
 @pytest.mark.parametrize("name", ["cct_2_3x2_32", "sret_cct_2_3x2_32"])
 def test_a_few_optimizer_steps_lower_the_loss(name):
