@@ -2,6 +2,7 @@
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,3 +259,17 @@ def test_cpu_time_is_the_median_and_range_of_runs_on_one_processor(tmp_path):
     assert cells["b"] == "25.0 (20.0-30.0) (a CPU, 3 runs)"
     # b against a on the processor both trained on; c shares none with a
     assert [line for line in ratios.splitlines() if line.startswith("| `")] == ["| `b` | a CPU | 3, 2 | 2.27 (1.67-3.00) |"]
+
+
+@pytest.mark.parametrize("name", ["ladder", "cct"])
+def test_the_committed_cifar10_experiments_name_models_and_options_the_training_takes(name):
+    import yaml
+
+    from fairseq_sret.vision import list_models
+    from fairseq_sret_cli.train_cifar import check_command
+
+    path = Path(__file__).parents[3] / "examples" / "cifar10" / f"{name}.yaml"
+    experiment = parse_image_experiment(yaml.safe_load(path.read_text()), path)
+    for row in experiment.rows:
+        assert row.model in list_models(), row.id
+        check_command(["--data-dir", "data", "--model", row.model, *experiment.args, *row.args, "--output", "run"])
