@@ -21,7 +21,8 @@ from typing import Dict, Hashable
 import torch
 
 from benchmarks.common import (
-    benchmark_parser, command_line, hardware_line, measure, median, positive_int, print_table, start_benchmark,
+    benchmark_outputs, benchmark_parser, command_line, hardware_line, measure, median, positive_int, print_table,
+    start_benchmark,
 )
 from fairseq_sret import json_text
 
@@ -57,27 +58,34 @@ def build_parser():
     p.add_argument("--batch-size", type=positive_int, default=256)
     p.add_argument("--rounds", type=positive_int, default=9,
                    help="turns of every model and depth, round-robin; the median counts (default: %(default)s)")
-    p.add_argument("--force", action="store_true", help="replace a figure this command did not make")
+    p.add_argument("--force", action="store_true",
+                   help="replace a figure (or its .json) this command did not make; never one of its inputs")
+    p.output_options = ("out",)
     return p
 
 
 def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    start_benchmark(args, torch.device("cpu"))
     import yaml
 
     from fairseq_sret.vision import create_model
     from fairseq_sret_cli import pyplot
     from fairseq_sret_cli.experiment_runner import ExperimentError, RecordedRuns, collect_image_runs as collect
     from fairseq_sret_cli.experiment_runner import parse_image_experiment
-    from fairseq_sret_cli.outputs import Outputs
+    from fairseq_sret_cli.outputs import OutputInTheWay
 
     experiment = parse_image_experiment(yaml.safe_load(Path(args.experiment).read_text(encoding="utf-8")),
                                         args.experiment)
     out = Path(args.out)
-    outputs = Outputs("bench_cifar_depth", force=args.force, settings={"experiment": experiment.name})
-    outputs.check([out, out.with_suffix(".json")])
+    # before anything is measured; the results file it reads, the experiment file and the runs are inputs
+    try:
+        outputs = benchmark_outputs(args, [out, out.with_suffix(".json")], parser=parser, inputs=[
+            Path(args.results) / f"{experiment.name}.json", args.experiment, args.output],
+            settings={"experiment": experiment.name})
+    except OutputInTheWay as exc:
+        parser.error(str(exc))
+    start_benchmark(args, torch.device("cpu"))
     try:
         recorded = RecordedRuns.from_file(Path(args.results) / f"{experiment.name}.json", args.data)
     except ExperimentError as exc:

@@ -26,9 +26,30 @@ _report: dict = {"tables": []}
 
 
 class BenchmarkParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that knows which shared options it declares (``shared_options``)."""
+    """An ``ArgumentParser`` that knows which shared options it declares (``shared_options``),
+    and checks the files the benchmark will write when it reads the command line, before
+    anything is measured (:func:`benchmark_outputs`): ``--json`` here, others (a figure) by
+    the script. ``output_options``: the options that name files it writes (never inputs)."""
 
     shared_options: tuple = ()
+    output_options: tuple = ("json",)
+    _shared_group = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        if "--json" in self.shared_options and not any("--force" in a.option_strings for a in self._actions):
+            self._shared_group.add_argument("--force", action="store_true",
+                                            help="replace a --json file this benchmark did not make")
+        global _outputs
+        parsed, rest = super().parse_known_args(args, namespace)
+        _outputs = None  # a new command line: its own inputs and outputs
+        if "--json" in self.shared_options and getattr(parsed, "json", None):
+            from fairseq_sret_cli.outputs import OutputInTheWay
+
+            try:
+                benchmark_outputs(parsed, [parsed.json], parser=self)
+            except OutputInTheWay as exc:
+                self.error(str(exc))
+        return parsed, rest
 
 
 def benchmark_parser(description: str, *, prog: Optional[str] = None, smoke: Union[bool, str] = True,
@@ -55,7 +76,42 @@ def benchmark_parser(description: str, *, prog: Optional[str] = None, smoke: Uni
                             help="also write the results as JSON to PATH (its folder must exist)")
     p.shared_options = tuple(option for option, on in (("--smoke", smoke), ("--device", device),
                                                        ("--threads", threads), ("--json", json)) if on)
+    p._shared_group = shared
     return p
+
+
+#: the rule every file a benchmark writes follows (fairseq_sret_cli/outputs.py), set by
+#: :func:`benchmark_outputs` when the command line is read
+_outputs = None
+
+
+def benchmark_outputs(args: argparse.Namespace, paths, inputs=(), parser: Optional[BenchmarkParser] = None,
+                      settings: Optional[dict] = None):
+    """The benchmark's :class:`fairseq_sret_cli.outputs.Outputs` for ``paths`` (its report,
+    figure, ...), checked now, before anything is measured: a file it did not make is refused
+    unless ``--force``, and an input (a file any option names, or ``inputs``, through links)
+    even with ``--force``; a folder it cannot write is named. ``settings``: what decides the
+    files' content (its own files made with others are refused too). Raises ``OutputInTheWay``;
+    :func:`write_json` and the script's own writes then go through it."""
+    global _outputs
+    from fairseq_sret_cli.outputs import Outputs
+
+    name = (parser.prog if parser is not None else os.path.basename(sys.argv[0])).removesuffix(".py")
+    name = name.removeprefix("python -m benchmarks.")
+    skip = set(parser.output_options if parser is not None else ("json",))
+    given = []
+    for dest, value in vars(args).items():
+        if dest in skip:
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, (str, Path)) and str(item) and os.path.isfile(item):
+                given.append(item)
+    if _outputs is None or _outputs.command != name:
+        _outputs = Outputs(name)
+    _outputs.force, _outputs.settings = bool(getattr(args, "force", False)), settings
+    _outputs.add_inputs(*given, *inputs)
+    _outputs.check([Path(p) for p in paths])
+    return _outputs
 
 
 def positive_int(text: str) -> int:
@@ -127,8 +183,13 @@ def write_json(path, report: dict) -> None:
     # not at import: fairseq_sret imported before fairseq's --user-dir hides the plugin's models
     # (bench_fairseq_cli's fairseq processes)
     from fairseq_sret import json_text
+    from fairseq_sret_cli.outputs import Outputs
 
-    Path(path).write_text(json_text.dumps(report, indent=1) + "\n")
+    # under the rule checked when the command line was read: never through a link into a user's
+    # file, never over a file the benchmark did not make (unless --force), atomically
+    outputs = _outputs or Outputs(os.path.basename(sys.argv[0]).removesuffix(".py"))
+    outputs.write_text(Path(path), json_text.dumps(report, indent=1) + "\n")
+
 
 
 def pick_device(name: Optional[str]) -> torch.device:

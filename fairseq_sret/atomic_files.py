@@ -5,9 +5,10 @@ the experiment runner (results, run records) share it.
 """
 
 import contextlib
+import errno
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 
 @contextlib.contextmanager
@@ -24,6 +25,38 @@ def replacing(path, sync: bool = False) -> Iterator[Path]:
             with open(tmp, "rb") as handle:
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        full = disk_full(exc, tmp)
+        if full is None:
+            raise
+        raise full from None
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+#: what the file system says of a full disk or an exhausted quota
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException, path) -> Optional[OSError]:
+    """The error to raise instead of ``exc`` when it is a write that failed for want of space
+    (``ENOSPC``/``EDQUOT``, or torch's serializer failing where the disk is full: it names no
+    errno), naming ``path`` without its temporary suffix; None for any other error."""
+    path = Path(path)
+    shown = path.with_name(path.name[1:].rsplit(".", 2)[0]) if path.name.endswith(".tmp") else path
+    if isinstance(exc, OSError) and exc.errno in FULL:
+        code = exc.errno
+    elif isinstance(exc, RuntimeError) and ("inline_container" in str(exc) or "PytorchStreamWriter" in str(exc)):
+        try:
+            stats = os.statvfs(path.parent)
+        except OSError:
+            return None
+        if stats.f_bavail * stats.f_frsize >= 1 << 20:  # space left: another failure than a full disk
+            return None
+        code = errno.ENOSPC
+    else:
+        return None
+    what = "the disk quota is exhausted" if code == errno.EDQUOT else "no space left on the device"
+    return OSError(code, f"{what}: it was not written (a file already there is kept as it was); free some"
+                         " space, or write elsewhere", str(shown))

@@ -72,7 +72,7 @@ def image_experiment(args, argv, raw: dict, started: float) -> int:
     from .experiment_runner import ExperimentError
     from .experiment_runner.image_runs import RecordedRuns, collect, parse_image_experiment, run_image_experiment
     from .experiment_runner.image_runs import run_folder, train_command, write_image_results
-    from .outputs import exclusive
+    from .outputs import exclusive, locked
 
     unsupported = [f"--{name.replace('_', '-')}" for name in ("cpu", "max_update", "max_epoch")
                    if getattr(args, name) not in (None, False)]
@@ -99,6 +99,13 @@ def image_experiment(args, argv, raw: dict, started: float) -> int:
     recorded = RecordedRuns(known, data, source=str(results_file))
 
     def report():
+        # under the results file's lock, with the runs another runner (another --output) recorded
+        # in it since it was read: a writer merges them, never drops them
+        with locked(results_file):
+            recorded.known = {**recorded.known, **_earlier_results(results_file, args.force)[0]}
+            _write_image_report()
+
+    def _write_image_report():
         records = collect(experiment, output, data, recorded)
         for path in write_image_results(experiment, records, Path(args.results), command, force=args.force).values():
             print(f"[experiments] wrote {path}", file=sys.stderr)
@@ -233,6 +240,18 @@ class _Report:
         self.whole = whole.capped(args.max_update, args.max_epoch)  # the caps the runs trained to
 
     def __call__(self, *_):
+        """Write the results under the results file's lock, with the runs another runner (another
+        --output) recorded in it since it was read: a writer merges them, never drops them."""
+        from .outputs import locked
+
+        results_file = Path(self.args.results) / f"{self.whole.name}.json"
+        with locked(results_file):
+            known, earlier = _earlier_results(results_file, self.args.force)
+            self.known = {**self.known, **known}
+            self.earlier += [r for r in earlier if r not in self.earlier]
+            return self._write()
+
+    def _write(self):
         from .experiment_runner import write_results
         from .experiment_runner.settings import collect_records
 

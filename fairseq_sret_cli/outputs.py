@@ -27,11 +27,13 @@ import errno
 import fcntl
 import json
 import os
+import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from fairseq_sret.atomic_files import replacing
+from fairseq_sret.atomic_files import disk_full, replacing
 
 from . import UsageError
 from fairseq_sret import json_text
@@ -58,20 +60,41 @@ def _lexists(path: Path) -> bool:
     return os.path.lexists(path)
 
 
-# ---------------------------------------------------------------- the manifest of a folder
+# ---------------------------------------------------------------- one writer at a time
+_held: Dict[str, dict] = {}  # folder -> {"lock": RLock, "depth": nesting, "fd": the flock-ed folder}
+_held_guard = threading.Lock()
+
+
 @contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` while its manifest is read and rewritten."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def locked(path) -> Iterator[None]:
+    """Hold the lock of ``path``'s folder while the block reads and rewrites ``path`` (a results
+    file, the manifest, an output another process may write at the same time): other processes
+    (``flock`` on the folder itself: no lock file, released when the process ends, also when it
+    is killed) and other threads wait. Nested blocks of one thread on one folder take it once.
+    The folder is made if need be; one that cannot be is not locked (nothing can be written there)."""
+    folder = os.path.realpath(Path(path).parent)
+    with _held_guard:
+        held = _held.setdefault(folder, {"lock": threading.RLock(), "depth": 0, "fd": None})
+    with held["lock"]:
+        if held["depth"] == 0:
+            try:
+                os.makedirs(folder, exist_ok=True)
+                held["fd"] = os.open(folder, os.O_RDONLY)
+            except OSError:
+                held["fd"] = None
+            if held["fd"] is not None:
+                fcntl.flock(held["fd"], fcntl.LOCK_EX)
+        held["depth"] += 1
+        try:
+            yield
+        finally:
+            held["depth"] -= 1
+            if held["depth"] == 0 and held["fd"] is not None:
+                os.close(held["fd"])  # releases the flock
+                held["fd"] = None
+
+
+# ---------------------------------------------------------------- the manifest of a folder
 
 
 def read_manifest(folder) -> Dict[str, dict]:
@@ -87,7 +110,7 @@ def read_manifest(folder) -> Dict[str, dict]:
 
 
 def _update_manifest(folder: Path, change: Callable[[Dict[str, dict]], None]) -> None:
-    with _folder_lock(folder):
+    with locked(folder / MANIFEST):
         files = read_manifest(folder)
         change(files)
         text = json_text.dumps({"about": "files made by the sret-* commands (fairseq_sret_cli/outputs.py)",
@@ -201,6 +224,9 @@ class Outputs:
         """Raise :class:`OutputInTheWay` naming everything among ``paths`` (files), ``folders``
         (to be filled) and ``replaced`` (folders the command empties and fills again, like a
         file it replaces) that this command may not write, and the fix."""
+        folders, replaced = list(folders), list(replaced)
+        for folder in folders + replaced:  # a run killed while it started over: the old one is put back first
+            restore_replaced(folder)
         problems = [(Path(f), *p) for f in folders for p in [self._problem(Path(f), True, None)] if p]
         problems += [(Path(f), *p) for f in replaced for p in [self._problem(Path(f), True, None, replace=True)] if p]
         problems += [(Path(f), *p) for f in paths for p in [self._problem(Path(f), False, own)] if p]
@@ -215,15 +241,27 @@ class Outputs:
         path = Path(path)
         self.check([path], own=own)
         path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            with replacing(path) as tmp:
-                yield tmp
-        except RuntimeError as exc:  # torch.save's "open file failed" names no file
-            if "open file failed" in str(exc) or "PytorchStreamWriter" in str(exc):
+            yield tmp
+            # checked again under the folder's lock, with the rename and the record: another
+            # process may have written ``path`` since the check above (two commands, one output)
+            with locked(path):
+                self.check([path], own=own)
+                os.replace(tmp, path)
+                self.record(path)
+        except (OSError, RuntimeError) as exc:
+            full = disk_full(exc, tmp)
+            if full is not None:
+                raise full from None
+            # torch.save's "open file failed" names no file
+            if isinstance(exc, RuntimeError) and ("open file failed" in str(exc) or "PytorchStreamWriter" in str(exc)):
                 raise OSError(errno.EACCES, f"cannot write the file ({str(exc).splitlines()[0][:120]})",
                               str(path)) from None
             raise
-        self.record(path)
+        finally:
+            if os.path.lexists(tmp):
+                tmp.unlink()
 
     def write_text(self, path, text: str, own: Optional[Owner] = None) -> Path:
         with self.writing(path, own=own) as tmp:
@@ -243,9 +281,50 @@ class Outputs:
         target = Path(target)
         self.check([target])
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, target)
-        self.record(target)
+        with locked(target):
+            self.check([target])
+            os.replace(source, target)
+            self.record(target)
         return target
+
+    @contextlib.contextmanager
+    def starting_over(self, folder, names: Iterable[str]) -> Iterator[Callable[[], None]]:
+        """Start a run over in ``folder`` (``--force`` over an earlier run whose files are
+        ``names``): the old files are moved aside (into ``folder/.sret-replaced``) while the
+        block runs, and the block gets ``made()``, to call once the new run has written its
+        own files (its first checkpoint and log): the old ones are then deleted. Until then
+        any failure (an error, Ctrl-C, SIGTERM) puts the old files back as they were, and
+        removes what the new run wrote of those names, so a new run that fails at once never
+        costs the old one; a kill is repaired by the next command that checks or locks the
+        folder (:func:`restore_replaced`). A block that ends without ``made()`` counts as made."""
+        folder = Path(folder)
+        names = list(names)
+        aside = folder / ASIDE
+        restore_replaced(folder, locked_by_me=True)  # a kill's leftovers first
+        present = [name for name in names if _lexists(folder / name)]
+        done = [False]
+
+        def made() -> None:
+            if not done[0]:
+                done[0] = True
+                shutil.rmtree(aside, ignore_errors=True)
+
+        if not present:
+            yield made
+            return
+        manifest = read_manifest(folder)
+        aside.mkdir(exist_ok=True)
+        (aside / ABOUT).write_text(json_text.dumps({"names": names, "manifest": {
+            name: manifest[name] for name in names if name in manifest}}), encoding="utf-8")
+        try:
+            for name in present:
+                os.replace(folder / name, aside / name)
+            yield made
+        except BaseException:
+            if not done[0]:
+                restore_replaced(folder, locked_by_me=True)
+            raise
+        made()
 
     def record(self, *paths) -> None:
         """List ``paths`` as made by this command with its settings."""
@@ -265,6 +344,62 @@ class Outputs:
         path.unlink(missing_ok=True)
         _update_manifest(path.parent, lambda files: files.pop(path.name, None))
         return True
+
+
+#: where :meth:`Outputs.starting_over` keeps an old run's files until the new run has made its own
+ASIDE = ".sret-replaced"
+ABOUT = ".about.json"  # in ASIDE: the run's file names and their manifest entries
+
+
+def restore_replaced(folder, locked_by_me: bool = False) -> bool:
+    """Put back the old run's files that :meth:`Outputs.starting_over` moved aside in
+    ``folder`` when the new run did not make its own (it was killed): the new run's files of
+    those names are removed, the old ones and their manifest entries restored. Only while no
+    process holds the folder's lock (``locked_by_me``: this one does). Returns whether it did."""
+    folder = Path(folder)
+    aside = folder / ASIDE
+    if not aside.is_dir():
+        return False
+    handle = None
+    if not locked_by_me:  # a process at work in the folder owns what is aside
+        try:
+            handle = open(folder / ".sret-lock", "a+", encoding="utf-8")
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if handle is not None:
+                handle.close()
+            return False
+    try:
+        try:
+            about = json.loads((aside / ABOUT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            about = {"names": [p.name for p in aside.iterdir() if p.name != ABOUT], "manifest": {}}
+        names = [name for name in about.get("names", []) if isinstance(name, str) and "/" not in name]
+        for name in names:
+            if _lexists(aside / name):
+                os.replace(aside / name, folder / name)
+            elif _lexists(folder / name) and not (folder / name).is_dir():
+                (folder / name).unlink()  # the new run's, beside no old one of its name
+        entries = about.get("manifest") or {}
+        now = read_manifest(folder)
+        if any(now.get(name) != entries.get(name) for name in names):  # the new run recorded files
+
+            def put_back(files: Dict[str, dict]) -> None:
+                for name in names:
+                    if name in entries:
+                        files[name] = entries[name]
+                    else:
+                        files.pop(name, None)
+
+            try:
+                _update_manifest(folder, put_back)
+            except OSError:  # a full disk: the files are back; their entries may name the new run
+                pass  # (a mismatch only makes the next command ask for --force)
+        shutil.rmtree(aside, ignore_errors=True)
+        return True
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def refusal(problems: List[Tuple[Path, str, bool]], fix: str = "") -> str:
@@ -331,6 +466,7 @@ def exclusive(folder, command: str, remove: bool = False,
         handle.truncate()
         handle.write(f"{command} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         handle.flush()
+        restore_replaced(folder, locked_by_me=True)  # a run killed while it started over
         try:
             yield path
         finally:

@@ -343,12 +343,38 @@ DECIDED_KWARGS = {"num_classes": "the data's class folders", "drop_path_rate": "
 
 def check_options(args) -> None:
     """UsageError for options the run would misread, before anything is loaded or written."""
+    check_recipe(args)
     decided = [f"{key} (set by {by})" for key, by in DECIDED_KWARGS.items()
                if key in args.model_kwargs and (key != "drop_path_rate" or args.drop_path is not None)]
     if decided:
         raise UsageError(f"--model-kwargs: {', '.join(decided)} cannot be given here")
     if args.aa and args.aa != "none" and args.aa not in AUTO_AUGMENT_POLICIES:
         check_rand_augment(args.aa)
+
+
+def check_recipe(args) -> None:
+    """UsageError for a recipe timm's parts would fail on mid-training: an odd batch for
+    Mixup/CutMix (each image is mixed with its mirror in the batch), and a ``--sched`` that
+    builds no per-update scheduler (``none``, ``plateau``, a name timm does not know)."""
+    if (args.mixup or args.cutmix) and args.batch_size % 2:
+        raise UsageError(f"--batch-size {args.batch_size}: Mixup/CutMix (--mixup {args.mixup:g}, --cutmix"
+                         f" {args.cutmix:g}) mix each image with another of its batch, which needs an even batch;"
+                         f" give --batch-size {args.batch_size + 1}, or --mixup 0 --cutmix 0")
+    try:
+        import timm.scheduler
+    except ImportError:  # named when the run starts (_timm)
+        return
+    weight = nn.Parameter(torch.zeros(1))
+    try:
+        scheduler, _ = timm.scheduler.create_scheduler_v2(
+            torch.optim.SGD([weight], lr=args.lr), sched=args.sched, num_epochs=args.epochs,
+            warmup_epochs=args.warmup_epochs, warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False,
+            updates_per_epoch=1)
+    except (ValueError, AssertionError) as exc:
+        raise UsageError(f"--sched {args.sched}: {exc or 'timm cannot schedule it per update'}") from None
+    if scheduler is None:
+        raise UsageError(f"--sched {args.sched}: timm builds no scheduler for it; for a constant learning rate"
+                         " give --sched constant (and --warmup-epochs 0 for no warm-up)")
 
 
 def check_command(argv) -> None:
@@ -385,6 +411,10 @@ def run(argv=None) -> dict:
         parser.error("--output and --no-save contradict each other")
     if args.resume and args.force:
         parser.error("--resume continues the run in --output, --force starts it over: give one")
+    for option in ("resume", "force"):
+        if args.no_save and getattr(args, option):
+            parser.error(f"--{option} acts on the run in --output, and --no-save keeps no run: give --output"
+                         f" DIR --{option}, or drop --{option}")
     check_options(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -393,12 +423,15 @@ def run(argv=None) -> dict:
     outputs = Outputs("sret-train-cifar", force=args.force, settings=settings_for(argv))
     if args.output:
         refuse_other_runs(args, outputs)  # a refusal leaves nothing behind, not even the lock file
-    with exclusive(args.output, "sret-train-cifar") if args.output else contextlib.nullcontext():
-        return _train(args, timm, outputs)
+    # --force: the old run's files are replaced by the new run's first epoch; a failure before it keeps them
+    with exclusive(args.output, "sret-train-cifar") if args.output else contextlib.nullcontext(), \
+            (outputs.starting_over(args.output, RUN_FILES) if args.output and args.force
+             else contextlib.nullcontext()) as made:
+        return _train(args, timm, outputs, on_saved=made)
 
 
-def _train(args, timm, outputs: Outputs) -> dict:
-    return CifarRun(args, timm, outputs).train()
+def _train(args, timm, outputs: Outputs, on_saved=None) -> dict:
+    return CifarRun(args, timm, outputs, on_saved=on_saved).train()
 
 
 class CifarRun:
@@ -406,8 +439,8 @@ class CifarRun:
     built in a fixed order (the seeds make a run reproducible), then the epochs, each saved to
     ``--output`` so that ``--resume`` continues after the last one, then the test."""
 
-    def __init__(self, args, timm, outputs: Outputs):
-        self.args, self.timm, self.outputs = args, timm, outputs
+    def __init__(self, args, timm, outputs: Outputs, on_saved=None):
+        self.args, self.timm, self.outputs, self.on_saved = args, timm, outputs, on_saved
         self.resume = resume_state(args) if args.resume else None
         self._load_data()
         torch.manual_seed(args.seed)
@@ -494,7 +527,8 @@ class CifarRun:
         self.ema = timm.utils.ModelEmaV3(self.model, decay=args.model_ema_decay) if args.model_ema else None
 
     def _restore(self) -> None:
-        """The state of ``--resume``; or, for a new run in ``--output``, the old run's files removed."""
+        """The state of ``--resume`` (a new run over an old one, ``--force``, replaces its files
+        when it saves its first epoch: :meth:`Outputs.starting_over`)."""
         args, resume = self.args, self.resume
         if resume is not None:
             self.model.load_state_dict(resume["model"])
@@ -508,9 +542,6 @@ class CifarRun:
             log(f"resuming {args.output} after epoch {resume['epoch']} ({self.cpu_seconds:.0f} CPU s so far)")
             if self.start_epoch >= args.epochs:
                 raise UsageError(f"{args.output} has trained all {args.epochs} epochs: nothing to resume")
-        elif args.output:
-            for name in RUN_FILES:  # --force: the new run has started, the old one goes
-                (Path(args.output) / name).unlink(missing_ok=True)
 
     # ------------------------------------------------------------ training
     def loss_of(self, logits: Tensor, target: Tensor) -> Tensor:
@@ -618,6 +649,8 @@ class CifarRun:
         self.outputs.save(state, Path(args.output) / "checkpoint_last.pt")
         self.outputs.write_text(Path(args.output) / "log.jsonl",
                                 "".join(json_text.dumps(h) + "\n" for h in self.history))
+        if self.on_saved is not None:  # the new run's files are in place: an old run they replace goes
+            self.on_saved()
 
     def _test(self, run_started: float) -> dict:
         args, ema, batch = self.args, self.ema, self.args.eval_batch_size

@@ -380,15 +380,15 @@ def _run(args, parser, training: bool) -> dict:
         max_steps_per_epoch=args.max_steps_per_epoch, log_interval=args.log_interval,
     )
     try:
-        with exclusive(args.output, "sret-train-vision", remove=True) if args.output else contextlib.nullcontext():
-            # the old run's log goes once everything, --resume included, is in place: the new run starts
-            new_log = (lambda: (Path(args.output) / "log.jsonl").unlink(missing_ok=True)) if start_over else None
+        with exclusive(args.output, "sret-train-vision", remove=True) if args.output else contextlib.nullcontext(), \
+                (outputs.starting_over(args.output, RUN_FILES) if start_over else contextlib.nullcontext()) as made:
+            # --force: the old run's files are replaced by the new run's first epoch; a failure before it keeps them
             stats = train(
                 model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
                 teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
                 checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs, "classes": classes,
                                   "data": train_set.fingerprint()},
-                options=vars(args), on_start=new_log,
+                options=vars(args), on_saved=made,
             )
     except FloatingPointError as exc:
         last = Path(args.output or "") / "checkpoint_last.pt"

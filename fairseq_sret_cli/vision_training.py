@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fairseq_sret.atomic_files import replacing
 from fairseq_sret.core.mixed_depth import DepthTerm, mixed_depth_loss
 from fairseq_sret.checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision.losses import soft_distillation_loss
@@ -191,6 +192,7 @@ def train(
     checkpoint_extra: Optional[dict] = None,
     options: Optional[dict] = None,
     on_start: Optional[Callable[[], None]] = None,
+    on_saved: Optional[Callable[[], None]] = None,
 ) -> dict:
     """Train ``model`` for ``config.epochs`` epochs; returns the last epoch's statistics.
 
@@ -202,7 +204,8 @@ def train(
     (:func:`fairseq_sret.checkpoints.load_checkpoint`). ``checkpoint_extra`` is saved in
     both checkpoints (e.g. the model's name and arguments), ``options`` in
     ``checkpoint_last.pt`` as ``args``. ``on_start`` runs once ``resume`` has loaded, before
-    the first epoch (e.g. removing an old run's log).
+    the first epoch; ``on_saved`` after each epoch's files are written (e.g. an old run they
+    replace may go).
     """
     run = _Training(model, train_loader, config, device, amp, net, teacher, teacher_logits, depth_terms)
     start_epoch, best = run.resume(resume, checkpoint_extra, options) if resume else (0, -1.0)
@@ -219,6 +222,8 @@ def train(
         print(json_text.dumps(stats), flush=True)
         if output:
             best = run.save(output, epoch, stats, best, checkpoint_extra, options)
+            if on_saved is not None:
+                on_saved()
     return stats
 
 
@@ -347,6 +352,14 @@ class _Training:
             "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "epoch": epoch,
             "best_acc1": best, **extra, "args": dict(options or {}),
         })
-        with open(os.path.join(output, "log.jsonl"), "a") as f:
-            f.write(json_text.dumps(stats) + "\n")
+        log = os.path.join(output, "log.jsonl")  # appended by a rewrite: a full disk never leaves part of a line
+        try:
+            with open(log, encoding="utf-8") as f:
+                logged = f.read()
+        except FileNotFoundError:
+            logged = ""
+        if logged and not logged.endswith("\n"):
+            logged += "\n"
+        with replacing(log) as tmp:
+            tmp.write_text(logged + json_text.dumps(stats) + "\n", encoding="utf-8")
         return best

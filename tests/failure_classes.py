@@ -29,8 +29,16 @@ CLASSES = [
         "A command that writes locks its output folder (a second process is refused while the first "
         "runs) and records in the folder's manifest which command made each file, with which settings. "
         "A file of another command, another kind of output or other settings is refused unless `--force`, "
-        "and `--force` replaces it only once the new run has checked its inputs and started; an input "
-        "is never replaced, not even through a link."),
+        "and `--force` replaces an earlier run's files only with the new run's, once it has written them "
+        "(until then they are kept aside and put back on any failure, or by the next command after a kill); "
+        "an input is never replaced, not even through a link. The benchmarks and figure writers follow the "
+        "same rule, checked before they measure."),
+    FailureClass(
+        "shared-files", "A file several processes write loses what one of them wrote",
+        "Every read-modify-write of a file that several processes may write (a folder's manifest, a results "
+        "file that runners with different outputs share, an output two commands write at once) is done under "
+        "a lock on its folder: the output check is made again under it at the rename, and a results writer "
+        "reads the file again under it and merges the runs another process recorded, never drops them."),
     FailureClass(
         "tied-to-inputs", "A result is reused for, or reported as, something it was not computed from",
         "Every result and cache records what it came from: a data-bin's contents (dictionaries, file "

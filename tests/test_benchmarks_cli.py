@@ -98,7 +98,7 @@ def test_the_parser_leaves_out_what_a_script_does_not_take(capsys):
             bare.parse_args([option, *values])
     assert "unrecognized arguments" in capsys.readouterr().err
     full = benchmark_parser("full", smoke="what it shrinks")
-    assert vars(full.parse_args([])) == {"smoke": False, "device": "auto", "threads": None, "json": None}
+    assert vars(full.parse_args([])) == {"smoke": False, "device": "auto", "threads": None, "json": None, "force": False}
     full.set_defaults(device="cpu", threads=1)
     assert (full.parse_args([]).device, full.parse_args([]).threads) == ("cpu", 1)
     assert "what it shrinks" in full.format_help()
