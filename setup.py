@@ -33,9 +33,10 @@ setup(
         # onnx...: the ONNX export tests (slow tier, about a minute of CPU) run in CI too
         # matplotlib: the experiment runner's plots are checked in CI
         # transformers, safetensors: the Hugging Face export's tests (fairseq_sret.hf)
+        # ctranslate2: the CTranslate2 export's tests (sret-export-ct2)
         # pytest-xdist: scripts/run_tests.sh runs the suite on every core (--dist loadfile)
         "test": ["pytest", "pytest-xdist", "hypothesis", "pillow", "matplotlib", "onnx", "onnxscript", "onnxruntime",
-                 "transformers>=5.24", "safetensors", "torchao>=0.15",
+                 "transformers>=5.24", "safetensors", "torchao>=0.15", "ctranslate2",
                  'triton>=3.0,<3.9; platform_system == "Linux" and platform_machine == "x86_64"'],
         # the optional Triton kernels (fairseq_sret.core.fused); CUDA machines with a CUDA
         # build of torch usually have triton already
@@ -62,6 +63,9 @@ setup(
         # (sret-export-hf; AutoModelForSeq2SeqLM after `import fairseq_sret.hf`). 5.24 is the
         # version tested; the models use its `cache` argument of generate()/forward.
         "hf": ["transformers>=5.24", "safetensors", "sentencepiece"],
+        # sret-export-ct2: the translation models as CTranslate2 models (fairseq_sret.conversion.ctranslate2_spec),
+        # which translate with ctranslate2 and sentencepiece alone
+        "deploy": ["ctranslate2", "sentencepiece"],
     },
     entry_points={
         "console_scripts": [
@@ -76,6 +80,7 @@ setup(
             "sret-experiments = fairseq_sret_cli.experiments:main",
             "sret-uptrain = fairseq_sret_cli.uptrain:main",
             "sret-export-hf = fairseq_sret_cli.export_hf:main",
+            "sret-export-ct2 = fairseq_sret_cli.export_ct2:main",
         ],
     },
     classifiers=[

@@ -26,6 +26,7 @@ EXTRA_OF_MODULE = {
     "onnxscript": "onnx",
     "onnxruntime": "onnx",
     "torchao": "int8",
+    "ctranslate2": "deploy",
 }
 
 
