@@ -300,3 +300,31 @@ def test_a_full_disk_at_a_translation_save_is_one_line_and_keeps_the_old_file(tm
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert rc == 1 and "Traceback" not in err and lines[-1].startswith(f"{command}: error: {target}: no space left")
     assert old.read_text() == "an older file\n" and not [c for c in changed if c.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------- options checked before any work
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "5"], "--batch-size 5: Mixup/CutMix .* even batch"),
+    (["--batch-size", "7", "--mixup", "0"], "--batch-size 7: Mixup/CutMix"),
+    (["--sched", "none"], "--sched none: timm builds no scheduler"),
+    (["--sched", "plateau"], "--sched plateau: "),
+    (["--sched", "cosin"], "--sched cosin: "),
+    (["--no-save", "--resume"], "--resume acts on the run in --output"),
+    (["--no-save", "--force"], "--force acts on the run in --output"),
+])
+@pytest.mark.reliability("one-line-errors")
+def test_training_options_timm_would_fail_on_mid_run_are_refused_before_the_data_is_read(tmp_path, argv, message):
+    import re
+
+    from fairseq_sret_cli import train_cifar
+
+    given = ["--data-dir", "no-such-folder", "--model", "sret_cifar", *argv]
+    if "--no-save" not in argv:
+        given += ["--output", "out"]
+    ran = run(tmp_path, "sret-train-cifar", *given)
+    line = one_error(ran, "sret-train-cifar")
+    assert ran.rc == 2 and re.search(message, line) and "no-such-folder" not in line, line
+    assert ran.changed == []
+    if "--no-save" not in argv:  # what a runner checks before it starts any run
+        with pytest.raises(train_cifar.UsageError, match=message):
+            train_cifar.check_command(given)
