@@ -27,9 +27,11 @@ Rows (``--rows``; default all that can run here):
   batching of the texts in file order (what the pipeline did before it sorted).
 - ``transformer/fairseq/fp32``: the transformer checkpoint the same way.
 - ``transformer/ctranslate2/fp32|int8``: the transformer converted with CTranslate2's own
-  fairseq converter, run with ``compute_type`` fp32 or int8. SReT has no CTranslate2 rows:
-  CTranslate2's layer specification has no slot for the NLL, the LRC coefficients or a layer
-  applied more than once, and its fairseq converter accepts only fairseq's own architectures.
+  fairseq converter, run with ``compute_type`` fp32 or int8.
+- ``sret/ctranslate2/fp32|int8``: the SReT checkpoint converted as ``sret-export-ct2`` converts
+  it (every application of a shared layer one CTranslate2 layer, every NLL one more, the LRC
+  folded; fp32 weights), run with ``compute_type`` fp32 or int8; ``sret/ctranslate2-depth1/...``
+  the same at depth 1 (by default only for a checkpoint trained with ``--mixed-depth``).
 """
 
 import functools
@@ -46,7 +48,8 @@ from fairseq_sret import json_text
 
 ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "sret/pipeline/fp32", "sret/pipeline/int8",
         "sret/pipeline-given-order/fp32", "transformer/fairseq/fp32", "transformer/ctranslate2/fp32",
-        "transformer/ctranslate2/int8")
+        "transformer/ctranslate2/int8", "sret/ctranslate2/fp32", "sret/ctranslate2/int8",
+        "sret/ctranslate2-depth1/fp32", "sret/ctranslate2-depth1/int8")
 
 #: our precision names -> CTranslate2's compute types
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}
@@ -73,13 +76,22 @@ def parse_args(argv=None):
     p = build_parser()
     args = p.parse_args(argv)
     given = {"sret": args.sret, "transformer": args.transformer}
-    args.rows = args.rows or [row for row in ROWS if given[row.split("/")[0]] is not None]
+    args.rows = args.rows or [row for row in ROWS if given[row.split("/")[0]] is not None
+                              and ("depth1" not in row or trained_mixed_depth(args.sret))]
     for row in args.rows:
         if given[row.split("/")[0]] is None:
             p.error(f"row {row} needs --{row.split('/')[0]}")
     if not args.rows:
         p.error("give --sret and/or --transformer")
     return args
+
+
+def trained_mixed_depth(checkpoint) -> bool:
+    """Whether the checkpoint's training criterion had ``--mixed-depth`` terms."""
+    from fairseq_sret.checkpoints import load_checkpoint
+
+    criterion = (load_checkpoint(checkpoint).get("cfg") or {}).get("criterion") or {}
+    return bool(criterion.get("mixed_depth") if isinstance(criterion, dict) else getattr(criterion, "mixed_depth", None))
 
 
 class Seconds(tuple):
@@ -179,16 +191,30 @@ class PipelineEngine:
 
 
 class CTranslate2Engine:
-    """A fairseq transformer converted by CTranslate2's fairseq converter (fp32, into a
-    temporary folder removed with the engine), quantized at load by ``compute_type``."""
+    """A fairseq transformer converted by CTranslate2's fairseq converter, or (``sret_depth``
+    given: None for every trained application, else the depth) an SReT checkpoint converted as
+    ``sret-export-ct2`` converts it; fp32, into a temporary folder removed with the engine,
+    quantized at load by ``compute_type``."""
 
-    def __init__(self, checkpoint, data_bin, compute_type, beam, lenpen, threads):
+    def __init__(self, checkpoint, data_bin, compute_type, beam, lenpen, threads, sret=False, sret_depth=None):
         import ctranslate2
-        from ctranslate2.converters import FairseqConverter
 
         self._converted = tempfile.TemporaryDirectory(prefix="ct2-")
-        FairseqConverter(str(checkpoint), str(data_bin), user_dir=str(Path(__file__).resolve().parents[1] / "fairseq_sret"),
-                         unsafe_deserialization=True).convert(self._converted.name, force=True)
+        if sret:
+            from fairseq_sret.conversion.ctranslate2_spec import converter
+            from fairseq_sret_cli.export_ct2 import load_model
+
+            model, task = load_model(Path(checkpoint), Path(data_bin))
+            if sret_depth is not None:
+                model.set_depth(sret_depth, sret_depth)
+            converter(model, task.source_dictionary.symbols, task.target_dictionary.symbols).convert(
+                self._converted.name, force=True)
+        else:
+            from ctranslate2.converters import FairseqConverter
+
+            FairseqConverter(str(checkpoint), str(data_bin),
+                             user_dir=str(Path(__file__).resolve().parents[1] / "fairseq_sret"),
+                             unsafe_deserialization=True).convert(self._converted.name, force=True)
         self.translator = ctranslate2.Translator(self._converted.name, device="cpu",
                                                  compute_type=CT2_COMPUTE_TYPES[compute_type],
                                                  intra_threads=threads, inter_threads=1)
@@ -218,8 +244,9 @@ def run_row(row, args, threads):
     model, engine, precision = row.split("/")
     checkpoint = args.sret if model == "sret" else args.transformer
     torch.set_num_threads(threads)
-    if engine == "ctranslate2":
-        translator = CTranslate2Engine(checkpoint, args.data_bin, precision, args.beam, args.lenpen, threads)
+    if engine.startswith("ctranslate2"):
+        translator = CTranslate2Engine(checkpoint, args.data_bin, precision, args.beam, args.lenpen, threads,
+                                       sret=model == "sret", sret_depth=1 if engine.endswith("depth1") else None)
     elif engine.startswith("pipeline"):
         translator = PipelineEngine(checkpoint, args.data_bin, precision, given_order=engine.endswith("given-order"))
     else:

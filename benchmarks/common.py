@@ -86,12 +86,13 @@ _outputs = None
 
 
 def benchmark_outputs(args: argparse.Namespace, paths, inputs=(), parser: Optional[BenchmarkParser] = None,
-                      settings: Optional[dict] = None):
+                      settings: Optional[dict] = None, own: Optional[Callable[[Path], bool]] = None):
     """The benchmark's :class:`fairseq_sret_cli.outputs.Outputs` for ``paths`` (its report,
     figure, ...), checked now, before anything is measured: a file it did not make is refused
     unless ``--force``, and an input (a file any option names, or ``inputs``, through links)
     even with ``--force``; a folder it cannot write is named. ``settings``: what decides the
-    files' content (its own files made with others are refused too). Raises ``OutputInTheWay``;
+    files' content (its own files made with others are refused too); ``own``: recognises its
+    files by their content (committed results, which carry no manifest). Raises ``OutputInTheWay``;
     :func:`write_json` and the script's own writes then go through it."""
     global _outputs
     from fairseq_sret_cli.outputs import Outputs
@@ -110,8 +111,19 @@ def benchmark_outputs(args: argparse.Namespace, paths, inputs=(), parser: Option
         _outputs = Outputs(name)
     _outputs.force, _outputs.settings = bool(getattr(args, "force", False)), settings
     _outputs.add_inputs(*given, *inputs)
-    _outputs.check([Path(p) for p in paths])
+    _outputs.check([Path(p) for p in paths], own=own)
     return _outputs
+
+
+def checked_outputs(parser: BenchmarkParser, args: argparse.Namespace, paths, inputs=(), settings=None, own=None):
+    """:func:`benchmark_outputs`, a refusal ending the benchmark as argparse's errors do (one
+    line, exit 2): for a script's own files (a figure, a table), right after its command line."""
+    from fairseq_sret_cli.outputs import OutputInTheWay
+
+    try:
+        return benchmark_outputs(args, paths, inputs=inputs, parser=parser, settings=settings, own=own)
+    except OutputInTheWay as exc:
+        parser.error(str(exc))
 
 
 def positive_int(text: str) -> int:

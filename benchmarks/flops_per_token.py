@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import checked_outputs
 from benchmarks.common import benchmark_parser, command_line, flop_counter, write_json
 
 
@@ -68,13 +69,17 @@ def build_parser():
     p.add_argument("--rows", nargs="+", default=None, help="only these row ids (default: all)")
     p.add_argument("--batches", type=int, default=8, help="valid batches to count (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="write the table here (and a .json beside it)")
+    p.output_options = ("json", "out")
     return p
 
 
 def main(argv=None) -> int:
     from fairseq_sret_cli.experiment_runner import load_experiment
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # before anything is counted: a file it did not make is refused unless --force, an input always
+    outputs = checked_outputs(parser, args, [args.out, args.out.with_suffix(".json")] if args.out else [])
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     experiment = load_experiment(args.experiment).select(args.rows)
@@ -101,8 +106,7 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        outputs.write_text(args.out, text)
     for path in filter(None, [args.out and args.out.with_suffix(".json"), args.json]):
         write_json(path, {"command": command, "rows": results})
     return 0

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import benchmark_parser, command_line, cpu_model
+from benchmarks.common import benchmark_parser, checked_outputs, command_line, cpu_model
 from fairseq_sret import json_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,10 +91,20 @@ def minutes(seconds) -> str:
     return "-" if seconds is None else f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
-def write_results(rows, results: Path, command: str, measured_by: str) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "quickstart_budget.json").write_text(json_text.dumps(
-        {"command": command, "machine": machine(), "rows": rows}, indent=1) + "\n")
+#: the results it writes in --results (recognised by their content: committed, they carry no manifest)
+RESULTS = ("quickstart_budget.json", "quickstart_budget.md")
+
+
+def ours(path: Path) -> bool:
+    try:
+        return b"benchmarks.quickstart_budget" in path.read_bytes()[:1 << 16]
+    except OSError:
+        return False
+
+
+def write_results(rows, results: Path, command: str, measured_by: str, outputs) -> None:
+    outputs.write_text(results / "quickstart_budget.json", json_text.dumps(
+        {"command": command, "machine": machine(), "rows": rows}, indent=1) + "\n", own=ours)
     lines = [
         "# Multi30k De→En quick start against fairseq's transformer at the same CPU budget", "",
         f"Measured by `{measured_by}`; this table written by `{command}`.  ", f"Machine: {machine()}, `OMP_NUM_THREADS` = all cores.", "",
@@ -113,7 +123,7 @@ def write_results(rows, results: Path, command: str, measured_by: str) -> None:
                      f" {r['sentences_per_second'] or '-'} | {r['trained'] or '-'} |")
     lines += ["", "Whole job: data preparation, training and evaluation, set-up excluded. sent/s: fairseq-generate's"
               " own figure for the 1,000 test sentences.", "", f"Test set: {rows[0]['subset']}; sacreBLEU signature `{rows[0]['sacrebleu_signature']}`.", ""]
-    (results / "quickstart_budget.md").write_text("\n".join(lines))
+    outputs.write_text(results / "quickstart_budget.md", "\n".join(lines), own=ours)
 
 
 def build_parser():
@@ -123,11 +133,15 @@ def build_parser():
     p.add_argument("--results", type=Path, default=REPO / "docs" / "results")
     p.add_argument("--report-only", action="store_true", help="only write the results of finished runs")
     p.add_argument("--skip-setup", action="store_true", help="SRET_SKIP_SETUP=1 for the first job too")
+    p.add_argument("--force", action="store_true", help="replace results files in --results this script did not make")
     return p
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # before the jobs run (hours): a results file it did not make is refused unless --force
+    outputs = checked_outputs(parser, args, [args.results / name for name in RESULTS], own=ours)
     out = args.out.resolve()
     if not args.report_only:
         run_quickstart(out / SRET[0], {"SRET_SKIP_SETUP": "1"} if args.skip_setup else {})
@@ -139,7 +153,7 @@ def main(argv=None) -> int:
                                         "SRET_MAX_UPDATE": "100000"})
     rows = [summarise(out / SRET[0], SRET[1])] + [summarise(out / name, title) for name, (title, _) in BASELINES.items()]
     write_results(rows, args.results, command_line(),
-                  measured_by=f"python -m benchmarks.quickstart_budget --out {args.out}")
+                  measured_by=f"python -m benchmarks.quickstart_budget --out {args.out}", outputs=outputs)
     for r in rows:
         print(f"{r['model']}: {r['updates']} updates in {minutes(r['train_seconds'])}, sacreBLEU {r['sacrebleu']:.2f}")
     return 0

@@ -10,14 +10,58 @@ built from it keep that schedule in one place, their :class:`~fairseq_sret.core.
 (which :func:`~fairseq_sret.core.set_depth` changes).
 """
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
+from numbers import Integral, Real
 
 from torch import nn
 
 from .block import SReTBlock
-from .feedforward import NonLinearProjection
+from .feedforward import ACTIVATIONS, NonLinearProjection
 from .recursion import Recursive
 from .schedule import RecursionSchedule
+
+
+def _problem(field, value) -> str:
+    """Why ``value`` cannot be the spec field ``field`` ('' if it can): the rule of the field's
+    type (counts, flags, rates, the activation's name, nested specs), shared by every spec class
+    (:func:`check_spec_fields`)."""
+    number = isinstance(value, Real) and not isinstance(value, bool)
+    if field.type is int:
+        if not number or not isinstance(value, Integral) or value < 1:
+            return "must be an integer >= 1"
+    elif field.type is bool:
+        if not isinstance(value, bool):
+            return "must be True or False"
+    elif field.name == "nll_ratio":
+        if not number or not math.isfinite(value) or value < 0:
+            return "must be a finite number >= 0 (0: no NLL)"
+    elif field.name == "norm_eps":
+        if not number or not math.isfinite(value) or value <= 0:
+            return "must be a finite number > 0"
+    elif field.type is float:  # dropout and stochastic depth rates
+        if not number or not 0 <= value < 1:
+            return "must be a number in [0, 1)"
+    elif field.name == "activation":
+        if not isinstance(value, str) or value not in ACTIVATIONS:
+            return f"must be one of {', '.join(ACTIVATIONS)}"
+    elif isinstance(field.type, type) and not isinstance(value, field.type):
+        return f"must be a {field.type.__name__}"
+    return ""
+
+
+def check_spec_fields(spec) -> None:
+    """The one validation of the spec classes, run by each one's ``__post_init__``: every field
+    checked for its type and range, a ValueError naming the first field that fails."""
+    for field in fields(spec):
+        value = getattr(spec, field.name)
+        problem = _problem(field, value)
+        if problem:
+            shown = repr(value) if isinstance(value, (bool, int, float, str, type(None))) else f"a {type(value).__name__}"
+            raise ValueError(f"{type(spec).__name__}.{field.name} {problem}, got {shown}")
+    heads, dim = getattr(spec, "num_heads", None), getattr(spec, "embed_dim", None)
+    if heads is not None and dim % heads:
+        raise ValueError(f"{type(spec).__name__}.num_heads={heads} must divide embed_dim={dim}")
 
 
 @dataclass(frozen=True)
@@ -37,6 +81,9 @@ class RecursionSpec:
     activation_dropout: float = 0.0
     norm_eps: float = 1e-5
     checkpoint: bool = False
+
+    def __post_init__(self):
+        check_spec_fields(self)
 
     def apply(self, block: nn.Module) -> Recursive:
         """``block`` (freshly built) applied by the schedule, with freshly initialised NLLs."""
@@ -86,6 +133,9 @@ class SReTLayerSpec:
     qkv_bias: bool = True
     normalize_stream_before_ffn: bool = False
 
+    def __post_init__(self):
+        check_spec_fields(self)
+
     def build(self) -> Recursive:
         """A freshly initialised layer: (B, T, C) -> (B, T, C)."""
         block = SReTBlock(
@@ -126,6 +176,9 @@ class SideSpec:
     layer: SReTLayerSpec
     layers: int
 
+    def __post_init__(self):
+        check_spec_fields(self)
+
     @property
     def recursions(self) -> int:
         """The applications each layer is built (and trained) with."""
@@ -148,6 +201,9 @@ class EncoderDecoderSpec:
 
     encoder: SideSpec
     decoder: SideSpec
+
+    def __post_init__(self):
+        check_spec_fields(self)
 
     def side(self, name: str) -> SideSpec:
         """``"encoder"`` or ``"decoder"``."""

@@ -6,8 +6,10 @@ When timm is installed, :func:`register_with_timm` makes every registered model 
 """
 
 import importlib.util
+import math
 import sys
 import warnings
+from numbers import Integral, Real
 from typing import Optional
 
 from torch import nn
@@ -32,6 +34,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint_path: Optional[
     (input size, crop, normalisation), as timm sets it.
     """
     constructor = get_constructor(name)
+    check_model_kwargs(kwargs)
     if pretrained and checkpoint_path is None:
         raise ValueError(
             "no downloadable weights are bundled; pass checkpoint_path= (an official SReT"
@@ -42,6 +45,44 @@ def create_model(name: str, pretrained: bool = False, checkpoint_path: Optional[
     if checkpoint_path is not None:
         load_checkpoint(model, checkpoint_path)
     return model
+
+
+def _count(value, least: int) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool) and value >= least
+
+
+def _rate(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value < 1
+
+
+def _positive(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+#: the overrides every model takes, with what each must be (the model's own configuration
+#: checks the rest, and how they fit together)
+_KWARG_RULES = {
+    "num_classes": (lambda v: _count(v, 0), "an integer >= 0 (0: no classifier)"),
+    "in_chans": (lambda v: _count(v, 1), "an integer >= 1"),
+    "recursions": (lambda v: _count(v, 1), "an integer >= 1"),
+    "img_size": (lambda v: _count(v, 1) or (isinstance(v, (tuple, list)) and len(v) == 2
+                                              and all(_count(x, 1) for x in v)),
+                 "an integer >= 1 or a pair of them (height, width)"),
+    "drop_rate": (_rate, "a number in [0, 1)"),
+    "attn_drop_rate": (_rate, "a number in [0, 1)"),
+    "drop_path_rate": (_rate, "a number in [0, 1)"),
+    "mlp_ratio": (_positive, "a finite number > 0"),
+    "norm_eps": (_positive, "a finite number > 0"),
+}
+
+
+def check_model_kwargs(kwargs: dict) -> None:
+    """The one check of :func:`create_model`'s overrides before a model is built: a ValueError
+    naming the first one of the wrong type or out of range."""
+    for name, value in kwargs.items():
+        rule = _KWARG_RULES.get(name)
+        if rule is not None and not rule[0](value):
+            raise ValueError(f"create_model: {name} must be {rule[1]}, got {value!r}")
 
 
 def register_with_timm() -> bool:

@@ -328,3 +328,23 @@ def test_training_options_timm_would_fail_on_mid_run_are_refused_before_the_data
     if "--no-save" not in argv:  # what a runner checks before it starts any run
         with pytest.raises(train_cifar.UsageError, match=message):
             train_cifar.check_command(given)
+
+
+@pytest.mark.parametrize("name, argv, mine", [
+    ("flops_per_token", ["no-such-experiment.yaml", "--data", "bin", "--out", "table.md"], "table.md"),
+    # the table's .json beside it would be the experiment file it reads: refused even with --force
+    ("flops_per_token", ["table.json", "--data", "bin", "--out", "table.md", "--force"], "table.json"),
+    ("quickstart_budget", ["--results", ".", "--report-only", "--out", "no-runs"], "quickstart_budget.md"),
+])
+@pytest.mark.reliability("one-run-per-output")
+def test_a_benchmark_s_table_never_replaces_a_user_s_file_or_an_input_and_says_so_first(tmp_path, monkeypatch,
+                                                                                      capsys, name, argv, mine):
+    import importlib
+
+    write(tmp_path, mine, "the user's\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(f"benchmarks.{name}").main(argv)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and ("not made by" in line or "an input" in line), line
+    assert (tmp_path / mine).read_text() == "the user's\n"
