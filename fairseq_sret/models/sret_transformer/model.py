@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Dict
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.models import register_model
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -81,6 +82,16 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     @classmethod
     def hub_models(cls):
         return {}
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
+        """fairseq's hub loading (:meth:`fairseq.models.BaseFairseqModel.from_pretrained`), returning
+        :class:`SReTHubInterface`, which checks the search it is asked for."""
+        from fairseq import hub_utils
+
+        loaded = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
+                                           archive_map=cls.hub_models(), **kwargs)
+        return SReTHubInterface(loaded["args"], loaded["task"], loaded["models"])
 
     def set_num_updates(self, num_updates):
         super().set_num_updates(num_updates)
@@ -193,6 +204,16 @@ class SReTTransformerModel(DepthControl, TransformerModel):
             for name, p in self.named_parameters()
             if name.endswith(("skip_scale", "branch_scale"))
         }
+
+
+class SReTHubInterface(GeneratorHubInterface):
+    """fairseq's hub interface (``translate``, ``sample``, ``generate``) refusing a beam that is
+    not an integer >= 1, which fairseq would pass to its search unchecked."""
+
+    def generate(self, tokenized_sentences, beam=5, *args, **kwargs):
+        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+            raise ValueError(f"beam must be an integer >= 1 (1: greedy), got {beam!r}")
+        return super().generate(tokenized_sentences, beam, *args, **kwargs)
 
 
 #: generation options (fairseq's GenerationConfig) that sret_transformer refuses: (default, why)
