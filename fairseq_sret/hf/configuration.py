@@ -12,8 +12,18 @@ The fields are the fairseq options of the trained model under the same names (wh
 - ``mixed_depth`` records the ``--mixed-depth`` terms of the training criterion ("" when it
   had none, None when the checkpoint did not say): the depths below the full depth the model
   was trained for, read by the warning for untrained depths;
-- the dictionary sizes are ``vocab_size`` (source) and ``decoder_vocab_size`` (target).
+- the dictionary sizes are ``vocab_size`` (source) and ``decoder_vocab_size`` (target);
+- ``tokenizer_fingerprints``: the fingerprints of the tokenizer files the folder was exported
+  with (:func:`~fairseq_sret.hf.tokenization.tokenizer_fingerprints`), checked when the model
+  is loaded from the folder (None: a folder exported before they were recorded).
+
+Every field is checked for its type when the configuration is made (a ``config.json`` value of
+another type is one ValueError naming the field).
 """
+
+import math
+import types
+import typing
 
 from transformers import PretrainedConfig
 
@@ -71,6 +81,7 @@ class SReTConfig(PretrainedConfig):
     share_all_embeddings: bool = False
     share_decoder_input_output_embed: bool = False
     mixed_depth: str | None = None
+    tokenizer_fingerprints: dict | None = None
     is_encoder_decoder: bool = True
     use_cache: bool = True
     tie_word_embeddings: bool = False
@@ -81,6 +92,7 @@ class SReTConfig(PretrainedConfig):
     decoder_start_token_id: int | None = 2
 
     def __post_init__(self, **kwargs):
+        check_field_types(self)  # as given, before the fields derived from others are filled
         self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
         self.decoder_output_dim = self.decoder_output_dim or self.decoder_embed_dim
         # fairseq ties the output projection to the decoder's input embedding whenever the
@@ -93,8 +105,8 @@ class SReTConfig(PretrainedConfig):
     def validate_sret(self) -> None:
         """Fail, naming the field, for every configuration the model cannot be built with (the
         depths are checked again where the model is built, after ``from_pretrained`` overrides)."""
+        check_field_types(self)
         for side in SIDES:
-            read_side_spec(self, side)
             dim, heads = getattr(self, f"{side}_embed_dim"), getattr(self, f"{side}_attention_heads")
             if heads < 1 or dim % heads:
                 raise ValueError(f"{side}_attention_heads={heads} must be >= 1 and divide {side}_embed_dim={dim}")
@@ -111,6 +123,35 @@ class SReTConfig(PretrainedConfig):
                 f" decoder_vocab_size={self.decoder_vocab_size}"
             )
         get_activation(self.activation_fn)
+        for side in SIDES:  # the rest, in the core's words (SReTLayerSpec.dropout, ...)
+            read_side_spec(self, side)
+
+
+_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", dict: "an object"}
+
+
+def _fits(value, kind) -> bool:
+    if kind is type(None):
+        return value is None
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+def check_field_types(config: SReTConfig) -> None:
+    """Every field :class:`SReTConfig` declares has a value of its declared type (``int | None``:
+    an integer or null), else a ValueError naming the field: what ``config.json`` gives is
+    checked here, before any layer is built from it."""
+    for name, declared in SReTConfig.__annotations__.items():
+        kinds = typing.get_args(declared) if isinstance(declared, types.UnionType) else (declared,)
+        if not all(isinstance(kind, type) for kind in kinds):
+            continue
+        value = getattr(config, name, None)
+        if not any(_fits(value, kind) for kind in kinds):
+            wanted = " or ".join("null" if kind is type(None) else _TYPE_NAMES.get(kind, kind.__name__) for kind in kinds)
+            raise ValueError(f"SReTConfig.{name} must be {wanted}, got {value!r}")
 
 
 def read_spec(config: SReTConfig) -> EncoderDecoderSpec:

@@ -10,7 +10,15 @@ writes a folder that ``from_pretrained`` loads after ``import fairseq_sret.hf``:
 - ``model.safetensors``: each unique layer once (it is one module, applied ``recursions``
   times), the tied embeddings once;
 - the tokenizer (``spm.model``, ``dict.source.txt``, ``dict.target.txt``, its config);
-- ``sret_export.json``: what the folder was made from.
+- ``sret_export.json``: what the folder was made from: the checkpoint (its path and the
+  fingerprint of its bytes, and for an average the inputs it records), the data-bin, the
+  languages.
+
+The tokenizer's files must belong together and to the checkpoint: the dictionaries have the
+checkpoint's sizes and recorded fingerprints, and ``spm.model`` is the SentencePiece model the
+dictionaries were made with (:func:`check_sentencepiece_fits`). ``config.json`` and
+``tokenizer_config.json`` record the fingerprints of the three files as exported
+(``tokenizer_fingerprints``), which the model and the tokenizer check when they load.
 
 :func:`export_checkpoint` writes into the folder it is given, as ``save_pretrained`` does;
 ``sret-export-hf`` gives it a new folder and applies the commands' output rule (nothing it did
@@ -18,18 +26,19 @@ not make is replaced) when it moves the files to ``--out``. Nothing here imports
 checkpoint's options are read as saved.
 """
 
-import hashlib
+import itertools
+import json
 import re
 from argparse import Namespace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from torch import Tensor
 
 from .. import __version__
 from ..checkpoints import load_checkpoint
 from .configuration import SReTConfig
-from .tokenization import read_fairseq_dictionary
+from .tokenization import dictionary_fingerprint, file_fingerprint, read_fairseq_dictionary, tokenizer_fingerprints
 from .. import json_text
 
 MARKER = "sret_export.json"
@@ -198,11 +207,63 @@ def language_pair(state: dict, data_bin: Path) -> Tuple[str, str]:
     return pairs.pop()
 
 
-def dictionary_fingerprint(symbols: List[str]) -> str:
-    """The fingerprint fairseq-sret records for a dictionary in a checkpoint (``{side}_dictionary_fingerprint``,
-    :func:`fairseq_sret.models.sret_transformer.dictionaries.dictionary_fingerprint`): a hash of its
-    symbols in id order."""
-    return hashlib.sha256("\n".join(symbols).encode("utf-8")).hexdigest()[:16]
+#: lines of the data-bin's text that the SentencePiece model must encode as the data-bin holds them
+ENCODING_SAMPLE = 200
+_FILLER = re.compile(r"^madeupword\d+$")  # fairseq-preprocess pads a dictionary with these
+
+
+def check_sentencepiece_fits(spm: Path, dictionaries: Sequence[Path], data_bin: Path, langs: Sequence[str]) -> None:
+    """Refuse, naming ``spm``, a SentencePiece model that is not the one the dictionaries were
+    made with (another ``sret-prepare``'s ``spm.model``), by what the data-bin holds:
+
+    - ``sret_data.json``'s vocabulary size, the size of the model ``sret-prepare`` made;
+    - the dictionaries: each symbol is a piece of the model, or made only of characters it does
+      not know (which it passes on as they are);
+    - ``text/``: the first lines of each language's text encode to the pieces the data-bin was
+      binarised from (``text/{split}.sp.{lang}``), where ``sret-prepare`` left them.
+    """
+    import sentencepiece
+
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(spm))
+    except (RuntimeError, OSError) as exc:
+        raise ExportError(f"{spm}: not a SentencePiece model ({str(exc).splitlines()[0]})") from None
+    fix = "give the data-bin sret-prepare made for this model's run, with its own spm.model"
+    metadata = data_bin / "sret_data.json"
+    if metadata.is_file():
+        try:
+            options = json.loads(metadata.read_text(encoding="utf-8")).get("options") or {}
+        except (ValueError, AttributeError):
+            options = {}
+        made = options.get("vocab_size") if "requested_vocab_size" in options else None
+        if isinstance(made, int) and made != processor.get_piece_size():
+            raise ExportError(f"{spm}: {processor.get_piece_size()} pieces, but {metadata} records the {made} of the"
+                              f" SentencePiece model its dictionaries were made with: {fix}")
+
+    def known(piece: str) -> bool:
+        return not processor.is_unknown(processor.piece_to_id(piece))
+
+    for path in dictionaries:
+        for symbol in read_fairseq_dictionary(path)[4:]:
+            if known(symbol) or _FILLER.match(symbol):
+                continue
+            if any(known(char) or known("\u2581" + char) for char in symbol.lstrip("\u2581")):
+                raise ExportError(f"{spm}: not the SentencePiece model of {path} (its symbol {symbol!r} is not a"
+                                  f" piece of it): {fix}")
+    text = data_bin / "text"
+    for lang in langs:
+        for split in ("train", "valid", "test"):
+            raw, pieces = text / f"{split}.{lang}", text / f"{split}.sp.{lang}"
+            if raw.is_file() and pieces.is_file():
+                break
+        else:
+            continue
+        with open(raw, encoding="utf-8") as raw_lines, open(pieces, encoding="utf-8") as piece_lines:
+            for number, (line, expected) in enumerate(itertools.islice(zip(raw_lines, piece_lines), ENCODING_SAMPLE), 1):
+                got = " ".join(processor.encode(line.rstrip("\r\n").removeprefix("\ufeff"), out_type=str))
+                if got != expected.rstrip("\r\n").removeprefix("\ufeff"):
+                    raise ExportError(f"{spm}: encodes line {number} of {raw} otherwise than the data-bin holds it"
+                                      f" ({pieces}): not the SentencePiece model of this data-bin; {fix}")
 
 
 def data_bin_files(state: dict, options: Namespace, data_bin: Path, weights: Dict[str, Tensor], source):
@@ -234,7 +295,39 @@ def data_bin_files(state: dict, options: Namespace, data_bin: Path, weights: Dic
                 f" {dictionary_fingerprint(symbols)}, the checkpoint records {recorded}): give the data-bin of its run"
             )
         files.append(path)
+    check_sentencepiece_fits(spm, files, data_bin, (source_lang, target_lang))
     return spm, files[0], files[1], (source_lang, target_lang)
+
+
+def checkpoint_fingerprint(path) -> str:
+    """The identity of a checkpoint file that ``sret_export.json`` records: its bytes' SHA-256
+    (first 16 hex digits), the same file wherever it lies."""
+    return file_fingerprint("checkpoint", path)
+
+
+def check_exported_from(folder, checkpoint) -> dict:
+    """The ``sret_export.json`` of ``folder``, after checking that the folder is an export of the
+    checkpoint file ``checkpoint`` (by the fingerprint it records; an export made before
+    fingerprints were recorded, by the checkpoint's path). ExportError naming both otherwise."""
+    folder, checkpoint = Path(folder), Path(checkpoint)
+    marker = folder / MARKER
+    if not marker.is_file():
+        raise ExportError(f"{folder}: not a folder of sret-export-hf (no {MARKER})")
+    try:
+        record = json.loads(marker.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ExportError(f"{marker}: not JSON ({exc})") from None
+    if not checkpoint.is_file():
+        raise ExportError(f"{checkpoint}: no such checkpoint file")
+    recorded = record.get("checkpoint_fingerprint")
+    if recorded is not None:
+        actual = checkpoint_fingerprint(checkpoint)
+        if actual != recorded:
+            raise ExportError(f"{folder} was exported from another checkpoint than {checkpoint} (fingerprint {actual};"
+                              f" the folder records {recorded}, {record.get('checkpoint')})")
+    elif Path(str(record.get("checkpoint"))) != checkpoint.resolve():
+        raise ExportError(f"{folder} was exported from {record.get('checkpoint')}, not {checkpoint}")
+    return record
 
 
 # ---------------------------------------------------------------- writing
@@ -268,6 +361,7 @@ def export_checkpoint(checkpoint, data_bin, folder) -> dict:
     spm, source_dict, target_dict, langs = data_bin_files(state, options, data_bin, weights, checkpoint)
     vocab = [len(read_fairseq_dictionary(path)) for path in (source_dict, target_dict)]
     config = sret_config(state, options, (vocab[0], vocab[1]), checkpoint)
+    config.tokenizer_fingerprints = tokenizer_fingerprints(spm, source_dict, target_dict)
 
     from .modeling import SReTForConditionalGeneration
     from .tokenization import SReTTokenizer
@@ -275,13 +369,15 @@ def export_checkpoint(checkpoint, data_bin, folder) -> dict:
     model = SReTForConditionalGeneration(config)
     load_weights(model, weights, checkpoint)
     model.generation_config = generation_config(config)
-    tokenizer = SReTTokenizer(spm, source_dict, target_dict)
+    tokenizer = SReTTokenizer(spm, source_dict, target_dict, tokenizer_fingerprints=config.tokenizer_fingerprints)
 
     before = set(folder.iterdir()) if folder.is_dir() else set()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     summary = {
         "made_by": MADE_BY, "fairseq_sret": __version__, "checkpoint": str(checkpoint.resolve()),
+        "checkpoint_fingerprint": checkpoint_fingerprint(checkpoint),
+        **({"averaged_from": state["averaged_from"]} if state.get("averaged_from") else {}),
         "data_bin": str(data_bin.resolve()), "source_lang": langs[0], "target_lang": langs[1],
         "unique_parameters": sum(p.numel() for p in model.parameters()),
         "depth": list(model.depth), "recursions": list(model.recursions),

@@ -12,6 +12,9 @@ Incremental decoding goes through transformers' cache API with :class:`SReTCache
 """
 
 import math
+import os
+import sys
+from numbers import Integral, Real
 from typing import List, Optional
 
 import torch
@@ -27,6 +30,7 @@ from ..core import AttentionCache, BlockCache, LearnableResidual
 from ..core.depth import DepthControl, recursions_of, set_depth
 from ..core.mixed_depth import untrained_depth_warning
 from .configuration import SIDES, SReTConfig, read_side_spec
+from .tokenization import VOCAB_FILES_NAMES, check_tokenizer_files
 
 logger = logging.get_logger(__name__)
 
@@ -146,6 +150,14 @@ class _Stack(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.layers = read_side_spec(config, side).build()
 
+    def _check_runnable(self) -> None:
+        """One line, not torch's mixed-dtype error from inside a LayerNorm, for weights in a
+        precision the model does not run in on the CPU (``from_pretrained(dir, dtype=torch.float16)``)."""
+        weight = self.embed_tokens.weight
+        if weight.device.type == "cpu" and weight.dtype != torch.float32:
+            raise ValueError(f"this SReT model holds {weight.dtype} weights on the CPU, where it runs in float32:"
+                             " load it without dtype= (or dtype=torch.float32), or move it to a GPU")
+
     def _finish_embedding(self, x: Tensor, positions: Optional[Tensor]) -> Tensor:
         if positions is not None:
             x = x + self.embed_positions(positions)
@@ -165,6 +177,7 @@ class SReTEncoder(_Stack):
         self.layer_norm = nn.LayerNorm(config.encoder_embed_dim) if config.encoder_normalize_before else None
 
     def forward(self, input_ids: Tensor, attention_mask: Optional[Tensor] = None, **kwargs) -> BaseModelOutput:
+        self._check_runnable()
         padding = input_ids.eq(self.padding_idx) if attention_mask is None else attention_mask.eq(0)
         positions = None if self.embed_positions is None else position_numbers(padding, self.padding_idx)
         x = self._finish_embedding(self.embed_scale * self.embed_tokens(input_ids), positions)
@@ -212,6 +225,7 @@ class SReTDecoder(_Stack):
         self, input_ids: Tensor, encoder_hidden_states: Tensor, encoder_padding_mask: Tensor,
         cache: Optional[EncoderDecoderCache] = None,
     ) -> Tensor:
+        self._check_runnable()
         padding = input_ids.eq(self.padding_idx)
         has_padding = bool(padding.any())
         if cache is not None:
@@ -253,6 +267,16 @@ class SReTPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = False
     _no_split_modules = ["Recursive"]
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' loading, then, for a folder, the check that its tokenizer files are the
+        ones it was exported with (:func:`check_exported_files`)."""
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        folder = os.path.normpath(os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or ""))
+        if os.path.isdir(folder) and not _loaded_by_a_pipeline():
+            check_exported_files(folder, model.config)
+        return model
+
     def _init_weights(self, module: nn.Module) -> None:
         """fairseq's initialisation for what a checkpoint does not hold: computed position
         tables always, and the weights of a freshly made (untrained) model."""
@@ -275,6 +299,38 @@ class SReTPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
+
+
+def _loaded_by_a_pipeline() -> bool:
+    """Whether transformers' pipeline loader is loading the model: it turns every error into a
+    multi-line report of its tries, so there the pipeline checks the folder itself
+    (:class:`~fairseq_sret.hf.pipeline.SReTTranslationPipeline`), once the model is loaded."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "load_model" and frame.f_globals.get("__name__") == "transformers.pipelines.base":
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: what sret-export-hf writes into every folder it makes (fairseq_sret.hf.convert.MARKER)
+EXPORT_MARKER = "sret_export.json"
+
+
+def check_exported_files(folder, config: SReTConfig) -> None:
+    """Refuse a model folder whose tokenizer files are not those recorded in its configuration at
+    export (a replaced ``spm.model``, a dictionary with lines swapped), naming the file; the files
+    the folder lacks are the tokenizer's to name. A folder of sret-export-hf made before the
+    fingerprints were recorded loads as before, with one warning that it cannot be checked."""
+    recorded = config.tokenizer_fingerprints
+    if recorded is None:
+        if os.path.isfile(os.path.join(folder, EXPORT_MARKER)):
+            logger.warning_once(f"{folder}: exported before sret-export-hf recorded the fingerprints of its tokenizer"
+                                " files, which therefore cannot be checked; export it again to record them")
+        return
+    present = {name: os.path.join(folder, name) for name in VOCAB_FILES_NAMES.values()
+               if os.path.isfile(os.path.join(folder, name))}
+    check_tokenizer_files(present, {name: value for name, value in recorded.items() if name in present})
 
 
 class _DepthOnDemand(DepthControl):
@@ -444,15 +500,20 @@ class SReTForConditionalGeneration(_DepthOnDemand, SReTPreTrainedModel, Generati
         ``use_cache=False``), ending hypotheses at the length limit as fairseq does
         (:class:`EndAtLengthLimit`, unless ``forced_eos_token_id`` asks for transformers' own
         rule), at the given depths for this call (None: the model's current depth), checked
-        and warned about as :meth:`set_depth` does."""
+        and warned about as :meth:`set_depth` does. The search's numbers are checked first
+        (:func:`check_generation_values`)."""
+        check_generation_values(kwargs, kwargs.get("generation_config") or self.generation_config)
         if "cache" not in kwargs and kwargs.get("use_cache", True) is not False:
             kwargs["cache"] = SReTCache()
         config = kwargs.get("generation_config") or self.generation_config
         eos = kwargs.get("eos_token_id", config.eos_token_id)
-        if isinstance(eos, int) and kwargs.get("forced_eos_token_id", config.forced_eos_token_id) is None:
-            # transformers' precedence: max_new_tokens (given or configured), else max_length
-            max_new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
-            limit = EndAtLengthLimit(eos, max_new_tokens, kwargs.get("max_length", config.max_length))
+        # transformers' precedence: max_new_tokens (given or configured), else max_length; neither:
+        # transformers' own default length, without fairseq's end at it
+        max_new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
+        max_length = kwargs.get("max_length", config.max_length)
+        if (isinstance(eos, int) and kwargs.get("forced_eos_token_id", config.forced_eos_token_id) is None
+                and (max_new_tokens, max_length) != (None, None)):
+            limit = EndAtLengthLimit(eos, max_new_tokens, max_length)
             kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), limit])
         chosen = {side: value for side, value in zip(SIDES, (encoder_depth, decoder_depth)) if value is not None}
         if not chosen:
@@ -463,6 +524,34 @@ class SReTForConditionalGeneration(_DepthOnDemand, SReTPreTrainedModel, Generati
 
     def prepare_decoder_input_ids_from_labels(self, labels: Tensor) -> Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+#: generate()'s integer settings and the least value each takes
+GENERATION_COUNTS = {"num_beams": 1, "num_return_sequences": 1, "max_new_tokens": 1, "max_length": 1,
+                     "min_new_tokens": 0, "min_length": 0, "top_k": 0, "no_repeat_ngram_size": 0,
+                     "encoder_no_repeat_ngram_size": 0, "num_beam_groups": 1}
+#: generate()'s real settings: (least, whether the least is excluded, most or None)
+GENERATION_NUMBERS = {"length_penalty": (-math.inf, True, None), "temperature": (0.0, True, None),
+                      "top_p": (0.0, True, 1.0), "repetition_penalty": (0.0, True, None)}
+
+
+def check_generation_values(kwargs: dict, config) -> None:
+    """One line naming the setting, not an error from inside the search, for a generate() setting
+    (given, or in the generation configuration) of the wrong type or out of range
+    (``num_beams=0``, ``max_new_tokens=2.5``, ``length_penalty=nan``)."""
+    for name, least in GENERATION_COUNTS.items():
+        value = kwargs.get(name, getattr(config, name, None))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < least):
+            raise ValueError(f"generate(): {name} must be an integer >= {least}, got {value!r}")
+    for name, (least, open_least, most) in GENERATION_NUMBERS.items():
+        value = kwargs.get(name, getattr(config, name, None))
+        if value is None:
+            continue
+        if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)
+                or value < least or (open_least and value == least) or (most is not None and value > most)):
+            bounds = f" {'>' if open_least else '>='} {least}" if math.isfinite(least) else ""
+            raise ValueError(f"generate(): {name} must be a finite number{bounds}{f' and <= {most}' if most else ''},"
+                             f" got {value!r}")
 
 
 def shift_tokens_right(labels: Tensor, pad_token_id: int, start_token_id: int) -> Tensor:

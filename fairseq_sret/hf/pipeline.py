@@ -7,9 +7,12 @@ generation settings (fairseq-generate's beam search) and the target pieces are j
 into text.
 """
 
+import os
 from typing import Any, Dict, List
 
 from transformers import Pipeline
+
+from .modeling import check_exported_files
 
 TASK = "sret-translation"
 
@@ -25,10 +28,18 @@ class SReTTranslationPipeline(Pipeline):
     _load_feature_extractor = False
     _pipeline_calls_generate = True
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        folder = os.path.normpath(getattr(self.model, "name_or_path", "") or ".")
+        if getattr(self.model, "name_or_path", "") and os.path.isdir(folder):  # the model's own check, which transformers' loader would bury
+            check_exported_files(folder, self.model.config)
+
     def __call__(self, inputs, *args, **kwargs):
         """A list of texts is translated in order of length, as fairseq batches sentences, so
         that a batch (``batch_size=N``) pads little and ends together; the results come back
-        in the order of ``inputs``."""
+        in the order of ``inputs``; no texts, no translations."""
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            return []
         if not isinstance(inputs, (list, tuple)) or len(inputs) < 2 or not all(isinstance(t, str) for t in inputs):
             return super().__call__(inputs, *args, **kwargs)
         lengths = [len(ids) for ids in self.tokenizer(list(inputs))["input_ids"]]
