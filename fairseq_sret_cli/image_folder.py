@@ -194,8 +194,19 @@ class ImageFolder(Dataset):
         self.return_index = return_index
 
     def fingerprint(self) -> str:
-        """sha256 of every image's path below the root, class and size: the data a run trained
-        on (moving or copying the folder keeps it; another image set changes it)."""
+        """sha256 of every image's path below the root, class and bytes (every byte of every
+        file: :mod:`fairseq_sret_cli.fingerprints`): the data a run trained on (moving or copying
+        the folder keeps it; another image set, or an image edited in place, changes it)."""
+        from .fingerprints import file_digest, full
+
+        digest = hashlib.sha256()
+        for index, (path, target) in enumerate(self.samples):
+            digest.update(f"{self.relative_path(index)}\t{target}\t{file_digest(path)}\n".encode())
+        return full(digest)
+
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint checkpoints recorded before :meth:`fingerprint` read the images' bytes
+        (paths, classes and sizes): a resume compares a checkpoint that records it with it."""
         digest = hashlib.sha256()
         for index, (path, target) in enumerate(self.samples):
             digest.update(f"{self.relative_path(index)}\t{target}\t{os.path.getsize(path)}\n".encode())

@@ -85,24 +85,23 @@ def settings_of(args, corpus: Optional[str] = None) -> dict:
 
 
 def corpus_fingerprint(src: Path, out: Path, expected, work_dir: Path) -> str:
-    """What the corpus ``src`` (a file or a folder) holds, in short: every file's path, size and
-    the sha256 of its first and last MiB (a corpus of several GB is read in a second). Hidden
-    files and what this command writes (the data-bin's files in ``out``, downloads and
-    extractions in ``work_dir``) are left out, so ``--out`` may be ``--src`` itself."""
+    """What the corpus ``src`` (a file or a folder) holds, in short: every file's path and the
+    sha256 of all its bytes (:func:`fairseq_sret_cli.fingerprints.file_digest`). Hidden files
+    and what this command writes (the data-bin's files in ``out``, downloads and extractions in
+    ``work_dir``) are left out, so ``--out`` may be ``--src`` itself. A data-bin recorded with
+    the fingerprint of before (of each file's first and last MiB) is not taken as prepared from
+    this corpus: it is rebuilt with ``--force``."""
+    from .fingerprints import file_digest, full
+
     files = [src] if src.is_file() else [Path(root, name) for root, dirs, names in os.walk(src)
                                          for name in names if not _hidden(Path(root, name), src)]
     digest = hashlib.sha256()
     for path in sorted(files):
         if not path.is_file() or _written_here(path, out, expected, work_dir):  # a dangling link, a pipe: not read
             continue
-        size = path.stat().st_size
-        digest.update(f"{path.relative_to(src) if path != src else path.name}\0{size}\0".encode("utf-8", "surrogateescape"))
-        with open(path, "rb") as f:
-            digest.update(f.read(2 ** 20))
-            if size > 2 ** 21:
-                f.seek(-2 ** 20, os.SEEK_END)
-                digest.update(f.read())
-    return digest.hexdigest()[:16]
+        name = path.relative_to(src) if path != src else path.name
+        digest.update(f"{name}\0{file_digest(path)}\0".encode("utf-8", "surrogateescape"))
+    return full(digest)
 
 
 def _hidden(path: Path, root: Path) -> bool:

@@ -387,7 +387,7 @@ def _run(args, parser, training: bool) -> dict:
                 model, train_loader, config, device=device, amp=amp, val_loader=val_loader, net=net, teacher=teacher,
                 teacher_logits=teacher_logits, depth_terms=depth_terms, output=args.output, resume=args.resume,
                 checkpoint_extra={"model_name": args.model, "model_kwargs": model_kwargs, "classes": classes,
-                                  "data": train_set.fingerprint()},
+                                  "data": train_set.fingerprint(), "data_legacy": train_set.legacy_fingerprint()},
                 options=vars(args), on_saved=made,
             )
     except FloatingPointError as exc:

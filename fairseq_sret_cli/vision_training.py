@@ -32,6 +32,8 @@ from fairseq_sret.vision.losses import soft_distillation_loss
 from fairseq_sret.vision.weights import save_checkpoint
 from fairseq_sret import json_text
 
+from .fingerprints import legacy
+
 #: (autocast enabled, autocast dtype, use a gradient scaler), from :func:`autocast_settings`
 Amp = Tuple[bool, Optional[torch.dtype], bool]
 NO_AMP: Amp = (False, None, False)
@@ -250,6 +252,8 @@ class _Training:
         check_resumable(resume, state)
         for key in ("model_name", "classes", "data"):  # what the data and the command line must still be
             saved, now = state.get(key), (checkpoint_extra or {}).get(key)
+            if key == "data" and legacy(saved):  # recorded before fingerprints read the images' bytes
+                now = (checkpoint_extra or {}).get("data_legacy", now)
             if saved is not None and now is not None and saved != now and key == "data":
                 raise ValueError(f"{resume} was trained on other images (fingerprint {saved}; --data gives {now}):"
                                  " resume it on the images it was trained on")

@@ -58,10 +58,11 @@ def download(urls: Sequence[str], dest, timeout: float = 30.0) -> Path:
 
 
 def archive_identity(archive: Path) -> str:
-    """The archive's size and modification time: another file under the same name (a new
-    download, a replaced copy) differs in either."""
-    stat = archive.stat()
-    return f"{stat.st_size} {stat.st_mtime_ns}\n"
+    """The archive's size and the sha256 of all its bytes (:mod:`fairseq_sret_cli.fingerprints`):
+    another file under the same name (a new download, a replaced copy) differs."""
+    from ..fingerprints import file_digest
+
+    return f"{archive.stat().st_size} {file_digest(archive)}\n"
 
 
 def extract(archive, dest) -> Path:

@@ -26,8 +26,8 @@ from .cpu_time import CpuTrace, add_cpu_seconds, add_training_device, is_running
 from .experiment_file import Experiment, ExperimentError, Run
 from .run_evaluation import _checkpoint_for, evaluate_curve, evaluate_run, model_facts
 from .run_folder import RunPaths, read_record, run_paths, trained_anything, uptrained_checkpoint, write_record
-from .settings import (SettingsChanged, check_run_folder, collect_records, data_setting, finished_record, run_config,
-                       run_settings, same_data, settings_fingerprint)
+from .settings import (SettingsChanged, check_run_folder, collect_records, finished_record, run_config, run_settings,
+                       settings_fingerprint)
 from .training import converged_by_log, summarise_training
 from .training_log import parse_training_log, validations_without_improvement
 
@@ -93,7 +93,6 @@ class Scheduler:
                  env: Optional[dict] = None, on_run_done: Optional[Callable[[Run, dict], None]] = None,
                  known: Optional[Dict[str, dict]] = None, deadline: Optional[float] = None, force: bool = False):
         self.experiment, self.data, self.output = experiment, data, Path(output)
-        self.data_setting = data_setting(data)
         self.jobs, self.cpu, self.max_update, self.max_epoch = jobs, cpu, max_update, max_epoch
         self.progress_interval, self.on_run_done, self.known = progress_interval, on_run_done, known
         self.deadline, self.force = deadline, force
@@ -117,14 +116,15 @@ class Scheduler:
         if self.failures:
             raise RuntimeError(f"{len(self.failures)} runs failed: {', '.join(self.failures)} (the log above and"
                                " their run.json and train.log say why)")
-        return collect_records(self.experiment, self.output, self.known, self.max_update, self.max_epoch)
+        return collect_records(self.experiment, self.output, self.known, self.max_update, self.max_epoch, self.data)
 
     def _pending_runs(self) -> List[Run]:
         """The runs not done yet, those an earlier session began first (file order otherwise)."""
         pending = []
         for run in self.experiment.runs():
-            record = finished_record(self.experiment, run, self.output, self.known, self.max_update, self.max_epoch)
-            if record is not None and same_data(record.get("train_settings"), self.data_setting):
+            record = finished_record(self.experiment, run, self.output, self.known, self.max_update, self.max_epoch,
+                                     self.data)
+            if record is not None:
                 log(f"{run.name}: done already, skipped")
             else:  # a run done on another data-bin's contents is refused by _check_run_folders
                 pending.append(run)
@@ -138,7 +138,7 @@ class Scheduler:
         for run in self.pending:
             paths = run_paths(self.output, run)
             options = read_record(paths).get("uptrain", {}).get("model_options")
-            problem = check_run_folder(run, paths, self._settings(run, options), self.force)
+            problem = check_run_folder(run, paths, self._settings(run, options), self.force, self.data)
             if problem:
                 changed.append(problem)
         if changed:

@@ -48,32 +48,40 @@ def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = Non
 
 
 def finished_record(experiment: Experiment, run: Run, output, known: Optional[Dict[str, dict]] = None,
-                    max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> Optional[dict]:
-    """The run's record if it is done with today's config: in its run folder, or among
-    ``known`` records (the results file of earlier sessions, keyed by run name)."""
+                    max_update: Optional[int] = None, max_epoch: Optional[int] = None,
+                    data: Optional[str] = None) -> Optional[dict]:
+    """The run's record if it is done with today's config (and, given the data-bin ``data``, on
+    what it holds: :func:`data_difference_of`): in its run folder, or among ``known`` records
+    (the results file of earlier sessions, keyed by run name)."""
     config = run_config(experiment, run, max_update, max_epoch)
     for record in (read_record(run_paths(output, run)), (known or {}).get(run.name) or {}):
-        if record.get("status") == "done" and record.get("config") == config:
+        if record.get("status") == "done" and record.get("config") == config and (
+                data is None or data_difference_of(record.get("train_settings"), data) is None):
             return dict(record, row=run.row.id, seed=run.seed)
     return None
 
 
 def collect_records(experiment: Experiment, output, known: Optional[Dict[str, dict]] = None,
-                    max_update: Optional[int] = None, max_epoch: Optional[int] = None) -> List[dict]:
-    """Every run's record: the finished one (this session's or ``known``), else what is there."""
+                    max_update: Optional[int] = None, max_epoch: Optional[int] = None,
+                    data: Optional[str] = None) -> List[dict]:
+    """Every run's record: the finished one (this session's or ``known``, on ``data`` when
+    given), else what is there."""
     records = []
     for run in experiment.runs():
-        done = finished_record(experiment, run, output, known, max_update, max_epoch)
-        records.append(done or _unfinished_record(run, output))
+        done = finished_record(experiment, run, output, known, max_update, max_epoch, data)
+        records.append(done or _unfinished_record(run, output, data))
     return records
 
 
-def _unfinished_record(run: Run, output) -> dict:
-    """What the run folder holds of a run not done with today's config; a run done with another
-    one (an edited row, another --max-update) is not reported as done under this config."""
+def _unfinished_record(run: Run, output, data: Optional[str] = None) -> dict:
+    """What the run folder holds of a run not done with today's config and data; a run done with
+    another one (an edited row, another --max-update, another data-bin) is not reported as done."""
     record = dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed)
     if record.get("status") == "done":
-        record["status"] = "done with other settings"
+        why = data_difference_of(record.get("train_settings"), data) if data is not None else None
+        record["status"] = "done on other data" if why else "done with other settings"
+        if why:
+            record["not_matching"] = why
     return record
 
 
@@ -97,15 +105,31 @@ def training_settings(command: Sequence[str]) -> List[str]:
     return out
 
 
-def data_fingerprint(data: str) -> str:
-    """What a data-bin holds, in short: its dictionaries' text and the names and sizes of its
-    binary files (fairseq's first folder of a colon-separated list). A data-bin rebuilt from other
-    text differs in both; reading every binary file would take minutes on a large corpus."""
+def _data_bin(data: str) -> Path:
     folder = Path(str(data).split(":")[0])
     if not folder.is_dir():
         raise ExperimentError(f"--data: {folder}: no such data-bin folder")
+    return folder
+
+
+def data_fingerprint(data: str) -> str:
+    """What a data-bin holds: every byte of its dictionaries and binary files, with their names
+    (fairseq's first folder of a colon-separated list; :mod:`fairseq_sret_cli.fingerprints`)."""
+    from ..fingerprints import file_digest, full
+
     digest = hashlib.sha256()
-    for path in sorted(folder.iterdir()):
+    for path in sorted(_data_bin(data).iterdir()):
+        if (path.name.startswith("dict.") and path.suffix == ".txt") or path.suffix in (".bin", ".idx"):
+            digest.update(f"{path.name}\0{file_digest(path)}\0".encode("utf-8"))
+    return full(digest)
+
+
+def legacy_data_fingerprint(data: str) -> str:
+    """The fingerprint runs recorded before :func:`data_fingerprint` read every byte: the
+    dictionaries' text and the binary files' names and sizes. Still compared with the runs
+    that record it (a data-bin edited in place to the same sizes is not told apart by it)."""
+    digest = hashlib.sha256()
+    for path in sorted(_data_bin(data).iterdir()):
         if path.name.startswith("dict.") and path.suffix == ".txt":
             digest.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
         elif path.suffix in (".bin", ".idx"):
@@ -118,10 +142,20 @@ def data_setting(data: str) -> str:
     return f"<data {data_fingerprint(data)}>"
 
 
-def same_data(recorded: Optional[Sequence[str]], data: str) -> bool:
-    """Whether settings recorded by a run name the data-bin ``data`` holds now (True for
-    settings recorded before data-bins were fingerprinted, ``<data>``, or none)."""
-    return not recorded or recorded[0] in ("<data>", data)
+def data_difference_of(recorded: Optional[Sequence[str]], data: str) -> Optional[str]:
+    """None when settings a run recorded name the data-bin ``data`` holds now, else why not
+    (:func:`fairseq_sret_cli.fingerprints.data_difference`, the check every reuse of a result
+    goes through). Settings recorded before data-bins were fingerprinted (``<data>``, or none)
+    name no data and pass."""
+    from ..fingerprints import data_difference
+
+    if not recorded or recorded[0] == "<data>":
+        return None
+    if not (recorded[0].startswith("<data ") and recorded[0].endswith(">")):
+        return "its settings name no data-bin"
+    difference = data_difference({"data-bin": recorded[0][6:-1]}, {"data-bin": data_fingerprint(data)},
+                                 lambda: {"data-bin": legacy_data_fingerprint(data)})
+    return None if difference is None else f"{difference}: not the data-bin {data}"
 
 
 def _without_data_fingerprint(settings: Sequence[str]) -> List[str]:
@@ -168,17 +202,20 @@ def recorded_settings(paths: RunPaths, record: dict) -> Optional[List[str]]:
     return None
 
 
-def check_run_folder(run: Run, paths: RunPaths, settings: List[str], force: bool = False) -> Optional[str]:
+def check_run_folder(run: Run, paths: RunPaths, settings: List[str], force: bool = False,
+                     data: Optional[str] = None) -> Optional[str]:
     """Bind ``run``'s folder to ``settings``: None when it is empty, or trained with these
-    settings (it resumes); else what differs. With ``force`` a folder trained otherwise is
+    settings (it resumes; given the data-bin ``data``, a data fingerprint of the format recorded
+    before is compared as :func:`data_difference_of` does); else what differs. With ``force`` a folder trained otherwise is
     emptied of what the runner made there (said loudly) and None returned."""
     record = read_record(paths)
     if not trained_anything(paths) and not paths.train_log.exists():
         return None
     recorded = recorded_settings(paths, record)
     if recorded is not None and (recorded == settings or (
-            recorded[:1] == ["<data>"] and recorded == _without_data_fingerprint(settings))):
-        return None  # the same settings (recorded before data-bins were fingerprinted: the same but the data)
+            _without_data_fingerprint(recorded) == _without_data_fingerprint(settings)
+            and (recorded[0] == "<data>" or (data is not None and data_difference_of(recorded, data) is None)))):
+        return None  # the same settings, on the same data (of a fingerprint recorded before, or none)
     why = (f"{run.name}: {paths.root} holds checkpoints that sret-experiments did not record (no run.json)"
            if recorded is None else
            f"{run.name} was trained in {paths.root} with other settings ({settings_difference(recorded, settings)})")
