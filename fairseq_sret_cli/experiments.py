@@ -70,7 +70,8 @@ def image_experiment(args, argv, raw: dict, started: float) -> int:
     """An experiment file of ``kind: vision``: sret-train-cifar runs, reported as a table
     (``started``: when the command started, a ``time.time()`` value, for ``--time-limit``)."""
     from .experiment_runner import ExperimentError
-    from .experiment_runner.image_runs import RecordedRuns, collect, parse_image_experiment, run_image_experiment
+    from .experiment_runner.image_runs import (RecordedRuns, collect, earlier_records, parse_image_experiment,
+                                               run_image_experiment)
     from .experiment_runner.image_runs import run_folder, train_command, write_image_results
     from .outputs import exclusive, locked
 
@@ -81,6 +82,7 @@ def image_experiment(args, argv, raw: dict, started: float) -> int:
                          " the file's train.args)")
     try:
         experiment = parse_image_experiment(raw, args.experiment)
+        experiment.runs(args.rows, args.seeds)  # a selection of no run is refused
     except ExperimentError as exc:
         raise UsageError(str(exc)) from None
     data = args.data or experiment.data
@@ -96,18 +98,20 @@ def image_experiment(args, argv, raw: dict, started: float) -> int:
 
     results_file = Path(args.results) / f"{experiment.name}.json"
     known, _ = _earlier_results(results_file, args.force)
-    recorded = RecordedRuns(known, data, source=str(results_file))
+    recorded = RecordedRuns(known, data, source=str(results_file), earlier=_kept_runs(results_file))
 
     def report():
         # under the results file's lock, with the runs another runner (another --output) recorded
         # in it since it was read: a writer merges them, never drops them
         with locked(results_file):
             recorded.known = {**recorded.known, **_earlier_results(results_file, args.force)[0]}
+            recorded.earlier += [r for r in _kept_runs(results_file) if r not in recorded.earlier]
             _write_image_report()
 
     def _write_image_report():
         records = collect(experiment, output, data, recorded)
-        for path in write_image_results(experiment, records, Path(args.results), command, force=args.force).values():
+        for path in write_image_results(experiment, records, Path(args.results), command, force=args.force,
+                                        earlier=earlier_records(recorded)).values():
             print(f"[experiments] wrote {path}", file=sys.stderr)
 
     failed = []
@@ -158,7 +162,7 @@ def main(argv=None) -> int:
         return 0
     known, earlier = _earlier_results(Path(args.results) / f"{experiment.name}.json", args.force)
     check_results_files(Path(args.results), experiment.name, force=args.force)
-    report = _Report(args, whole, output, known, earlier, _command_line(argv))
+    report = _Report(args, whole, output, known, earlier, _command_line(argv), data)
     if args.report_only:
         for name in refresh_training(experiment, output):
             print(f"[experiments] {name}: its training read again from its log and CPU trace", file=sys.stderr)
@@ -209,6 +213,19 @@ def _check_paths_fairseq_reads(data, output: Path) -> None:
         raise UsageError(problem)
 
 
+def _kept_runs(results_file: Path) -> list:
+    """The ``earlier_runs`` a results file keeps (recorded runs done again since); none where it
+    does not read (:func:`_earlier_results` says so)."""
+    import json
+
+    try:
+        stored = json.loads(results_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    kept = stored.get("earlier_runs") if isinstance(stored, dict) else None
+    return [r for r in kept if isinstance(r, dict)] if isinstance(kept, list) else []
+
+
 def _earlier_results(results_file: Path, force: bool):
     """The finished runs an earlier session recorded in ``results_file``: (by run name, all of them)."""
     import json
@@ -235,8 +252,9 @@ class _Report:
     --rows/--seeds selection: the runs of the other rows stay in the table and among the runs
     a later command counts as done. Called after every finished run and at the end."""
 
-    def __init__(self, args, whole, output: Path, known: dict, earlier: list, command: str):
+    def __init__(self, args, whole, output: Path, known: dict, earlier: list, command: str, data: str):
         self.args, self.output, self.known, self.earlier, self.command = args, output, known, earlier, command
+        self.data = data  # the runs it reports as done were trained on what this data-bin holds
         self.whole = whole.capped(args.max_update, args.max_epoch)  # the caps the runs trained to
 
     def __call__(self, *_):
@@ -256,11 +274,20 @@ class _Report:
         from .experiment_runner.settings import collect_records
 
         args = self.args
-        records = collect_records(self.whole, self.output, self.known, args.max_update, args.max_epoch)
+        records = collect_records(self.whole, self.output, self.known, args.max_update, args.max_epoch, self.data)
         used = [r for r in records if r.get("status") == "done"]
         kept = [r for r in self.earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
-                                                   for u in used)]
+                                                   and r.get("seed") == u.get("seed") for u in used)]
+        kept = [dict(r, not_matching=self._why_not(r)) for r in kept]
         return write_results(self.whole, records, args.results, self.command, device_note=args.note, earlier=kept)
+
+
+    def _why_not(self, record: dict) -> str:
+        """Why a recorded finished run is not among those reported as done."""
+        from .experiment_runner.settings import data_difference_of
+
+        return (data_difference_of(record.get("train_settings"), self.data)
+                or "another configuration than the experiment file now gives its row")
 
 
 def _train(args, experiment, data: str, output: Path, report: _Report, known: dict, started: float) -> dict:

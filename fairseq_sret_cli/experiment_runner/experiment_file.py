@@ -138,12 +138,7 @@ class Experiment:
 
     def select(self, row_ids: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None) -> "Experiment":
         """Only the rows ``row_ids`` (in file order) and/or only ``seeds`` of every row."""
-        rows = self.rows
-        if row_ids:
-            unknown = sorted(set(row_ids) - {r.id for r in rows})
-            if unknown:
-                raise ExperimentError(f"{self.path}: no rows {unknown}; rows: {[r.id for r in rows]}")
-            rows = [r for r in rows if r.id in set(row_ids)]
+        rows = select_rows(self.rows, row_ids, self.path)
         if seeds:
             rows = [replace(r, seeds=list(seeds)) for r in rows]
         return replace(self, rows=rows)
@@ -165,6 +160,26 @@ class Experiment:
         rows = [replace(row, seeds=row.seeds + [s for s in added.get(row.id, []) if s not in row.seeds])
                 for row in self.rows]
         return replace(self, rows=rows)
+
+
+def select_rows(rows: Sequence, row_ids: Optional[Sequence[str]], path) -> list:
+    """The rows (of any experiment file) whose ids ``row_ids`` names, in file order (all rows
+    for None); ExperimentError for an id no row has: a selection that trains nothing is refused."""
+    if row_ids is None:
+        return list(rows)
+    unknown = sorted(set(row_ids) - {r.id for r in rows})
+    if unknown or not row_ids:
+        raise ExperimentError(f"{path}: no rows {unknown}; rows: {[r.id for r in rows]}")
+    return [r for r in rows if r.id in set(row_ids)]
+
+
+def plain_name(value, where: str) -> str:
+    """``value`` as a name that is a single path component (a row id, an experiment's name: they
+    name folders and files); ExperimentError for one that is not (``../x``, ``a/b``, ``.hidden``)."""
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or not _ID.match(str(value)):
+        raise ExperimentError(f"{where} {value!r} must be letters, digits, '_', '.', '-' (a plain file name,"
+                              " starting with a letter or digit)")
+    return str(value)
 
 
 def _args(value, where: str) -> List[str]:
@@ -272,8 +287,7 @@ def parse_experiment(raw: dict, path: Union[str, Path] = "<experiment>") -> Expe
     where = str(path)
     _check_keys(raw, ["name", "title", "data", "seeds", "train", "eval", "rows", "notes"], where)
     name = raw.get("name") or path.stem
-    if not _ID.match(str(name)):
-        raise ExperimentError(f"{where}: name {name!r} must be letters, digits, '_', '.', '-'")
+    name = plain_name(name, f"{where}: name")
     default_seeds = _seeds(raw.get("seeds", [1]), f"{where}: seeds")
     schedule = _parse_schedule(raw.get("train") or {}, where)
     if raw.get("data") is not None and not isinstance(raw["data"], str):
@@ -365,8 +379,7 @@ def _parse_row(item: dict, at: str, evaluation: Evaluation, default_seeds: List[
     for key in ("id", "arch"):
         if not item.get(key):
             raise ExperimentError(f"{at}: '{key}' is required")
-    if not _ID.match(str(item["id"])):
-        raise ExperimentError(f"{at}: id {item['id']!r} must be letters, digits, '_', '.', '-'")
+    plain_name(item["id"], f"{at}: id")
     return Row(
         id=str(item["id"]), arch=str(item["arch"]), title=str(item.get("title", "")),
         args=_train_args(item.get("args"), f"{at}.args"),

@@ -17,12 +17,16 @@
         seeds: [1, 2, 3]
 
 A run's folder is ``OUTPUT/<row>/seed<N>``: a run whose ``result.json`` has the settings the
-file asks for is done (a result of other settings counts as missing, and its run is given to
-the training command, which refuses it); one with a ``checkpoint_last.pt`` is continued
-(``--resume``); the training command itself refuses a folder trained with other settings or
-other data. A run the results file (``RESULTS/NAME.json``, of an earlier machine) records as
-done counts as done too, when it has the same settings and its data fingerprints are those of
-``--data``: a clone with the committed results trains only what is missing.
+file asks for and the data fingerprints of ``--data`` is done (a result of other settings or
+other data counts as missing, and its run is given to the training command, which refuses
+it); one with a ``checkpoint_last.pt`` is continued (``--resume``, which also tests a run
+trained but not tested); the training command itself refuses a folder trained with other
+settings or other data. A run the results file (``RESULTS/NAME.json``, of an earlier machine)
+records as done counts as done too, on the same condition (:class:`DataCheck`, the check every
+reuse goes through): a clone with the committed results trains only what is missing. A report
+never drops a recorded run: one that does not serve here stays in the results file as recorded
+and is listed, with why, below the table. Row ids and the experiment's name are plain names;
+``--rows`` and ``--seeds`` that select no run are refused.
 """
 
 import json
@@ -37,7 +41,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .. import UserError, pyplot
 from ..outputs import Outputs
-from .experiment_file import ExperimentError
+from .experiment_file import ExperimentError, plain_name, select_rows
 from .report import close_rows, done_runs
 from fairseq_sret import json_text
 
@@ -66,8 +70,15 @@ class ImageExperiment:
     max_seeds: Optional[int] = None
 
     def runs(self, rows: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None) -> List[tuple]:
-        """(row, seed) of every run, each row's first seed first: a table fills row by row, then seed by seed."""
-        chosen = [(k, r, row, seed) for r, row in enumerate(self.rows) if rows is None or row.id in rows
+        """(row, seed) of every run, each row's first seed first: a table fills row by row, then seed by seed.
+        ``rows`` and ``seeds`` select among them; ExperimentError for a row id or a seed that selects nothing."""
+        selected = select_rows(self.rows, rows, self.path)
+        if seeds is not None:
+            unknown = sorted(set(seeds) - {seed for row in selected for seed in row.seeds})
+            if unknown or not seeds:
+                raise ExperimentError(f"{self.path}: no selected row has the seeds {unknown}; their seeds:"
+                                      f" {sorted({seed for row in selected for seed in row.seeds})}")
+        chosen = [(k, r, row, seed) for r, row in enumerate(self.rows) if row in selected
                   for k, seed in enumerate(row.seeds) if seeds is None or seed in seeds]
         return [(row, seed) for _, _, row, seed in sorted(chosen, key=lambda c: c[:2])]
 
@@ -90,9 +101,9 @@ def parse_image_experiment(raw: dict, path) -> ImageExperiment:
     unknown = set(raw) - known
     if unknown:
         raise ExperimentError(f"{path}: unknown fields {sorted(unknown)} (a vision experiment has {sorted(known)})")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
+    if not raw.get("name"):
         raise ExperimentError(f"{path}: 'name' is required")
+    name = plain_name(raw["name"], f"{path}: name")
     seeds = raw.get("seeds", [1])
     max_seeds = raw.get("max_seeds")
     if max_seeds is not None and (type(max_seeds) is not int or max_seeds < 2):
@@ -108,16 +119,17 @@ def parse_image_experiment(raw: dict, path) -> ImageExperiment:
         unknown_fields = sorted(set(row) - {"id", "title", "model", "args", "seeds"})
         if unknown_fields:
             raise ExperimentError(f"{where}: unknown fields {unknown_fields}")
-        if row["id"] in ids:
-            raise ExperimentError(f"{where}: id {row['id']!r} appears twice")
-        ids.add(row["id"])
+        row_id = plain_name(row["id"], f"{where}: id")
+        if row_id in ids:
+            raise ExperimentError(f"{where}: id {row_id!r} appears twice")
+        ids.add(row_id)
         row_seeds = row.get("seeds", seeds)
         integers = isinstance(row_seeds, list) and all(type(s) is int for s in row_seeds)
         if not integers or len(set(row_seeds)) != len(row_seeds):
             raise ExperimentError(f"{where}: seeds must be a list of distinct integers, got {row_seeds!r}")
         if max_seeds is not None and len(row_seeds) > max_seeds:
             raise ExperimentError(f"{where}: {len(row_seeds)} seeds, more than max_seeds ({max_seeds})")
-        rows.append(ImageRow(str(row["id"]), str(row.get("title", row["id"])), str(row["model"]),
+        rows.append(ImageRow(row_id, str(row.get("title", row_id)), str(row["model"]),
                              _args(row.get("args"), f"{where}.args"), list(row_seeds)))
     if not rows:
         raise ExperimentError(f"{path}: no rows")
@@ -138,33 +150,84 @@ def train_command(experiment: ImageExperiment, row: ImageRow, seed: int, data: s
     return command
 
 
-def read_result(folder: Path, command: Sequence[str]) -> Optional[dict]:
-    """The run's ``result.json`` if it was trained with the settings of ``command``, else None."""
-    from ..train_cifar import settings_for
+def read_result(folder: Path, command: Sequence[str], data: Optional["DataCheck"] = None) -> Optional[dict]:
+    """The run's ``result.json`` if it was trained with the settings of ``command`` (and, given
+    ``data``, on that data), else None."""
+    result = _folder_result(folder)
+    if result is None or _settings_difference(result, command) is not None:
+        return None
+    return result if data is None or data.difference(result) is None else None
 
+
+def _folder_result(folder: Path) -> Optional[dict]:
     try:
         result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    module_args = command[3:]  # after python -m fairseq_sret_cli.train_cifar
-    return result if isinstance(result, dict) and result.get("settings") == settings_for(module_args) else None
+    return result if isinstance(result, dict) else None
+
+
+def _settings_difference(result: dict, command: Sequence[str]) -> Optional[str]:
+    """None when ``result`` has the settings of ``command``; else what differs."""
+    from ..train_cifar import describe_difference, settings_for
+
+    recorded, now = result.get("settings"), settings_for(command[3:])  # after python -m fairseq_sret_cli.train_cifar
+    if recorded == now:
+        return None
+    if not isinstance(recorded, dict):
+        return "it records no settings"
+    return f"other settings ({describe_difference(recorded, now)})"
 
 
 def _log(message: str) -> None:
     print(f"[experiments] {message}", file=sys.stderr, flush=True)
 
 
-class RecordedRuns:
-    """The finished runs a results file records (``known``: run name -> record), each taken as
-    done only with the settings the experiment file now gives it and on the same data (its
-    recorded fingerprints against those of ``data``, computed once per split setting)."""
+class DataCheck:
+    """Whether a result was computed on ``data``: its recorded fingerprints against those of
+    ``data`` (:func:`fairseq_sret_cli.fingerprints.data_difference`), computed once per split
+    setting. Every reuse of an image run goes through it: a run folder's result, a run the
+    results file records, the report, the benchmarks' figures."""
 
-    def __init__(self, known: Optional[Dict[str, dict]], data: str, source: str = "the results file"):
-        self.known, self.data, self.source = known or {}, data, source
+    def __init__(self, data: str):
+        self.data = data
         self._fingerprints: Dict[tuple, dict] = {}
 
+    def fingerprints(self, settings: dict) -> dict:
+        from ..train_cifar import data_fingerprints
+
+        split = (settings.get("val_split"), settings.get("split_seed"))
+        if split not in self._fingerprints:
+            self._fingerprints[split] = data_fingerprints(self.data, settings)
+        return self._fingerprints[split]
+
+    def difference(self, result: dict) -> Optional[str]:
+        """None when ``result`` (a ``result.json``) was computed on this data; else why not."""
+        from ..fingerprints import data_difference
+
+        settings = result.get("settings")
+        if not isinstance(settings, dict) or "val_split" not in settings:
+            return "it records no settings"
+        recorded = (result.get("data") or {}).get("fingerprints")
+        difference = data_difference(recorded, self.fingerprints(settings))
+        return None if difference is None else f"{difference}: not the data of {self.data}"
+
+
+class RecordedRuns:
+    """The finished runs a results file records (``known``: run name -> record), each taken as
+    done only with the settings the experiment file now gives it and on the same data
+    (:class:`DataCheck`); ``earlier``: the records it keeps of runs done again since."""
+
+    def __init__(self, known: Optional[Dict[str, dict]], data, source: str = "the results file",
+                 earlier: Optional[List[dict]] = None):
+        self.known, self.source = known or {}, source
+        self.check = data if isinstance(data, DataCheck) else DataCheck(data)
+        self.data = self.check.data
+        self.earlier = list(earlier or [])
+        self.replaced: Dict[str, dict] = {}  # recorded runs that did not serve, done again here
+
     @classmethod
-    def from_file(cls, results_file: Path, data: str) -> "RecordedRuns":
+    def from_file(cls, results_file: Path, data) -> "RecordedRuns":
         """The runs ``results_file`` (``RESULTS/NAME.json``) records; none where it is absent."""
         results_file = Path(results_file)
         if not results_file.is_file():
@@ -173,24 +236,27 @@ class RecordedRuns:
             stored = json.loads(results_file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ExperimentError(f"{results_file}: not a results file ({exc})") from None
-        return cls(done_runs(stored), data, source=str(results_file))
+        earlier = stored.get("earlier_runs") if isinstance(stored, dict) else None
+        return cls(done_runs(stored), data, source=str(results_file),
+                   earlier=[r for r in earlier or [] if isinstance(r, dict)])
+
+    def record(self, row: ImageRow, seed: int) -> Optional[dict]:
+        record = self.known.get(f"{row.id}/seed{seed}")
+        return record if isinstance(record, dict) and isinstance(record.get("result"), dict) else None
+
+    def why_not(self, row: ImageRow, seed: int, command: Sequence[str]) -> Optional[str]:
+        """Why the recorded run does not serve here (None: it is done; '' : none is recorded)."""
+        record = self.record(row, seed)
+        if record is None:
+            return ""
+        return _settings_difference(record["result"], command) or self.check.difference(record["result"])
 
     def done(self, row: ImageRow, seed: int, command: Sequence[str]) -> Optional[dict]:
         """The recorded run's record (``result`` and ``history``), or None."""
-        from ..train_cifar import data_fingerprints, settings_for
-
-        record = self.known.get(f"{row.id}/seed{seed}")
-        result = (record or {}).get("result")
-        if not isinstance(result, dict) or result.get("settings") != settings_for(command[3:]):
-            return None
-        settings = result["settings"]
-        split = (settings["val_split"], settings["split_seed"])
-        if split not in self._fingerprints:
-            self._fingerprints[split] = data_fingerprints(self.data, settings)
-        if result.get("data", {}).get("fingerprints") != self._fingerprints[split]:
-            _log(f"{row.id}/seed{seed}: {self.source} records it on other data than {self.data}; it is trained again")
-            return None
-        return record
+        why = self.why_not(row, seed, command)
+        if why:
+            _log(f"{row.id}/seed{seed}: {self.source} records it, but {why}; it is trained again")
+        return self.record(row, seed) if why is None else None
 
 
 def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, jobs: int = 1,
@@ -202,11 +268,12 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
     after it, and trainings still going then are stopped (they resume from their last epoch)."""
     from ..train_cifar import check_command
 
+    check = recorded.check if recorded is not None else DataCheck(data)
     pending = []
     for row, seed in experiment.runs(rows, seeds):
         folder = run_folder(output, row, seed)
         command = train_command(experiment, row, seed, data, folder)
-        if read_result(folder, command) is not None:
+        if read_result(folder, command, check) is not None:
             _log(f"{row.id}/seed{seed}: done already ({folder / 'result.json'})")
             continue
         if recorded is not None and recorded.done(row, seed, command) is not None:
@@ -243,7 +310,7 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
                     continue
                 log_file.close()
                 del running[name]
-                if process.returncode == 0 and read_result(folder, command) is not None:
+                if process.returncode == 0 and read_result(folder, command, check) is not None:
                     _log(f"{name}: done")
                     if on_run_done:
                         on_run_done()
@@ -262,26 +329,45 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
 def collect(experiment: ImageExperiment, output: Path, data: str,
             recorded: Optional[RecordedRuns] = None) -> List[dict]:
     """Every run's record: its result and per-epoch history when it finished with the file's
-    settings (in its folder, else among the ``recorded`` runs), else ``status: missing``."""
+    settings on ``data`` (in its folder, else among the ``recorded`` runs), else ``status:
+    missing``. A recorded run that does not serve here is never dropped: it is counted as missing,
+    with ``not_matching`` saying why and ``recorded`` the record the results file keeps (once its
+    run is done again here, it is among :func:`earlier_records`)."""
+    check = recorded.check if recorded is not None else DataCheck(data)
     records = []
     for row, seed in experiment.runs():
         folder = run_folder(output, row, seed)
         command = train_command(experiment, row, seed, data, folder)
-        result = read_result(folder, command)
+        result = read_result(folder, command, check)
         history = []
+        why = recorded.why_not(row, seed, command) if recorded is not None else ""
         if result is not None:
             try:
                 log = (folder / "log.jsonl").read_text(encoding="utf-8")
                 history = [json.loads(line) for line in log.splitlines()]
             except (OSError, ValueError):
                 pass
+            if why:  # done again here: the recorded run is kept among the earlier ones
+                recorded.replaced[f"{row.id}/seed{seed}"] = dict(recorded.record(row, seed), not_matching=why)
         elif recorded is not None:
-            record = recorded.done(row, seed, command)
-            if record is not None:
+            if why is None:
+                record = recorded.record(row, seed)
                 result, history = record["result"], list(record.get("history") or [])
+            elif why:  # counted as missing; the results file keeps it as recorded
+                records.append({"row": row.id, "seed": seed, "status": "missing", "result": None, "history": [],
+                                "not_matching": why, "recorded": recorded.record(row, seed)})
+                continue
         records.append({"row": row.id, "seed": seed, "status": "done" if result else "missing",
                         "result": result, "history": history})
     return records
+
+
+def earlier_records(recorded: Optional[RecordedRuns]) -> List[dict]:
+    """The records a results file keeps beside its runs: those it kept already, and each recorded
+    run that did not serve here and was done again (:func:`collect` replaced it)."""
+    if recorded is None:
+        return []
+    return recorded.earlier + [r for r in recorded.replaced.values() if r not in recorded.earlier]
 
 
 def _top1(result: dict, ema: bool = False) -> Optional[float]:
@@ -393,10 +479,26 @@ def _rows_seeds_cannot_tell_apart(experiment: ImageExperiment, records: List[dic
     return close_rows(rows, [("val_top1", "validation top-1")], experiment.max_seeds)
 
 
+def _not_matching_lines(records: Sequence[dict], earlier: Sequence[dict]) -> List[str]:
+    """The report's lines on the recorded runs it keeps but does not count, each with why."""
+    kept = [r for r in records if r.get("not_matching")]
+    if not kept and not earlier:
+        return []
+    lines = ["", "Recorded runs kept in the JSON but not counted above (they do not match this command's data or"
+                 " settings):"]
+    lines += [f"- {r['row']}/seed{r['seed']}: {r['not_matching']}" for r in kept]
+    lines += [f"- {r.get('row')}/seed{r.get('seed')} (done again since): {r.get('not_matching', 'replaced')}"
+              for r in earlier]
+    return lines
+
+
 def write_image_results(experiment: ImageExperiment, records: List[dict], results: Path, command: str,
-                        force: bool = False) -> Dict[str, Path]:
+                        force: bool = False, earlier: Sequence[dict] = ()) -> Dict[str, Path]:
     """``RESULTS/NAME.json``, ``NAME.md`` and ``NAME_curves.png`` from the runs' folders; files
-    in the way that this experiment did not write are refused unless ``force``."""
+    in the way that this experiment did not write are refused unless ``force``. Recorded runs
+    that do not serve here (``not_matching``, and ``earlier``: those done again since) stay in
+    the JSON as recorded and are listed, with why, below the table, which counts none of them."""
+    stored = [dict(r["recorded"], not_matching=r["not_matching"]) if r.get("recorded") else r for r in records]
     results = Path(results)
     outputs = Outputs("sret-experiments", force=force, settings={"experiment": experiment.name})
     paths = {"md": results / f"{experiment.name}.md", "json": results / f"{experiment.name}.json",
@@ -439,14 +541,17 @@ def write_image_results(experiment: ImageExperiment, records: List[dict], result
             f" {_mean_std(ema) if ema else ''} | {seeds_text} | {_mean_std(depth1) if depth1 else ''} |")
     lines += _rows_seeds_cannot_tell_apart(experiment, records)
     lines += cpu_time_ratios(experiment, records)
+    lines += _not_matching_lines(stored, earlier)
     cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
     lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32. Training CPU seconds"
               " compare rows of one processor only. Validation top-1 is the last epoch's, on the images held out of"
               " train: further seeds and longer runs are decided on it; the test split is evaluated once per run, at"
               " its end."]
     outputs.write_text(paths["md"], "\n".join(lines) + "\n", own=ours)
-    outputs.write_text(paths["json"], json_text.dumps({"experiment": experiment.name, "command": command, "runs": records},
-                                                 indent=1) + "\n", own=ours)
+    written = {"experiment": experiment.name, "command": command, "runs": stored}
+    if earlier:
+        written["earlier_runs"] = list(earlier)
+    outputs.write_text(paths["json"], json_text.dumps(written, indent=1) + "\n", own=ours)
     curves = [r for r in records if r["history"]]
     if curves:
         plt = pyplot()

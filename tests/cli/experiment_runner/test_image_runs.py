@@ -139,7 +139,7 @@ def test_runs_the_results_file_records_are_done_on_the_same_data_only(images, tm
     (images / "train" / "a" / "0.png").rename(images / "train" / "b" / "moved.png")
     capsys.readouterr()
     assert experiments.main([*common, "--output", str(tmp_path / "other-data"), "--rows", "baseline"]) == 0
-    assert "records it on other data" in capsys.readouterr().err
+    assert "records it, but its data fingerprints differ" in capsys.readouterr().err
     assert (tmp_path / "other-data" / "baseline" / "seed1" / "result.json").is_file()
 
 
