@@ -232,6 +232,30 @@ def training_processors(history: List[dict]) -> dict:
     return {"cpu": " + ".join(by_cpu) if by_cpu else cpu_model(), "cpu_seconds_by_cpu": by_cpu}
 
 
+def tested(output: Path) -> bool:
+    """Whether the run in ``output`` has its test result (a ``result.json`` that reads: a
+    damaged one, of a kill while it was written, is no result)."""
+    try:
+        result = json.loads((output / "result.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(result, dict) and "test" in result
+
+
+def training_threads(history: List[dict]):
+    """The torch thread count the run trained with (an int), or, for a run resumed with another
+    ``--threads`` (the final weights depend on it), every count in the order used, joined by
+    " + " (epochs logged before thread counts were recorded count as "not recorded")."""
+    counts: List[object] = []
+    for stats in history:
+        count = stats.get("threads", "not recorded")
+        if not counts or counts[-1] != count:
+            counts.append(count)
+    if len(counts) == 1 and isinstance(counts[0], int):
+        return counts[0]
+    return " + ".join(str(c) for c in counts) if counts else torch.get_num_threads()
+
+
 def settings_of(args) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
 
@@ -254,10 +278,19 @@ def load_splits(data_dir: str, val_split: int, split_seed: int, option: str = "-
     test = load_split(data_dir, "test", option)
     if test.classes != train_all.classes:
         raise UserError(f"the test split's classes {test.classes} differ from train's {train_all.classes}")
+    if test.images.shape[1:3] != train_all.images.shape[1:3]:
+        raise UserError(f"{data_dir}: the test images are {test.images.size(2)}x{test.images.size(1)}, the training"
+                        f" images {train_all.images.size(2)}x{train_all.images.size(1)}: a model is tested at the size it"
+                        " trained at; resize one split to the other")
     if val_split:
         train, val = train_all.split_off(val_split, seed=split_seed)
     else:
         train, val = train_all, None
+    untaught = [name for c, name in enumerate(train.classes) if not bool((train.targets == c).any())]
+    if untaught:
+        raise UserError(f"{data_dir}: class {untaught[0]!r}{f' and {len(untaught) - 1} more' if len(untaught) > 1 else ''}"
+                        f" has no training images once --val-split {val_split} holds images out: the model could"
+                        " never learn it; lower --val-split or add images")
     return train_all, train, val, test
 
 
@@ -278,7 +311,10 @@ def data_fingerprints(data_dir: str, settings: dict, option: str = "--data") -> 
 def refuse_other_runs(args, outputs: Outputs) -> None:
     """Refuse, before anything is written, a folder that holds a run (unless ``--resume`` or
     ``--force``) or files this command may not replace, and ``--resume`` without a run."""
+    from .outputs import restore_replaced
+
     out = Path(args.output)
+    restore_replaced(out)  # a start-over killed before its first save: the old run is put back first
     if args.resume:
         if not (out / "checkpoint_last.pt").is_file():
             raise UsageError(f"--resume: {out} holds no checkpoint_last.pt to continue from; drop --resume to start")
@@ -539,9 +575,16 @@ class CifarRun:
             set_rng_state(resume["rng"])
             self.start_epoch, self.cpu_seconds = resume["epoch"] + 1, resume["cpu_seconds"]
             self.history = [h for h in resume["history"] if h["epoch"] < self.start_epoch]
+            before = self.history[-1].get("threads") if self.history else None
+            if before is not None and before != torch.get_num_threads() and self.start_epoch < args.epochs:
+                log(f"resumed with {torch.get_num_threads()} threads, its last epoch trained with {before}: the"
+                    " weights differ from a run of one thread count; result.json records every count used")
             log(f"resuming {args.output} after epoch {resume['epoch']} ({self.cpu_seconds:.0f} CPU s so far)")
-            if self.start_epoch >= args.epochs:
-                raise UsageError(f"{args.output} has trained all {args.epochs} epochs: nothing to resume")
+            if self.start_epoch >= args.epochs and tested(Path(args.output)):
+                raise UsageError(f"{args.output} has trained all {args.epochs} epochs and been tested (result.json):"
+                                 " nothing to resume")
+            if self.start_epoch >= args.epochs:  # interrupted between its last epoch and its test
+                log(f"{args.output} has trained all {args.epochs} epochs but was not tested: testing it")
 
     # ------------------------------------------------------------ training
     def loss_of(self, logits: Tensor, target: Tensor) -> Tensor:
@@ -563,7 +606,8 @@ class CifarRun:
             stats.update(self._validate())
             self._check_finite(self.model, stats, f"epoch {epoch + 1}")
             self.cpu_seconds += time.process_time() - cpu_start
-            stats.update(cpu_seconds=self.cpu_seconds, wall_seconds=time.time() - wall_start, cpu=self.processor)
+            stats.update(cpu_seconds=self.cpu_seconds, wall_seconds=time.time() - wall_start, cpu=self.processor,
+                         threads=torch.get_num_threads())
             self.history.append(stats)
             shown = ", ".join(f"{k} {v:.4g}" for k, v in stats.items() if k not in ("epoch", "cpu"))
             log(f"epoch {epoch + 1}/{args.epochs} done: {shown}")
@@ -660,7 +704,7 @@ class CifarRun:
             "test": evaluate_depths(self.model, self.test, self.mean, self.std, batch),
             "test_ema": evaluate_depths(ema.module, self.test, self.mean, self.std, batch) if ema is not None else None,
             "val": self.history[-1].get("val_acc1") if self.history else None, "data": self.data_facts,
-            "settings": settings_of(args), **training_processors(self.history), "threads": torch.get_num_threads(),
+            "settings": settings_of(args), **training_processors(self.history), "threads": training_threads(self.history),
             "torch": torch.__version__, "timm": self.timm.__version__,
         }
         for name in ("test", "test_ema"):
