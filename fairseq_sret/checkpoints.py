@@ -302,6 +302,56 @@ def _check_same_kind(path, kind: Dict[str, object], first, first_kind: Dict[str,
                          " neither model; average checkpoints of one model")
 
 
+#: sections of a fairseq-train checkpoint's configuration that one run keeps from its first
+#: checkpoint to its last (its schedule's caps and its paths may change when it is resumed)
+RUN_SECTIONS = ("model", "criterion", "optimizer", "lr_scheduler")
+
+
+def _read(options, key, default=None):
+    if options is None:
+        return default
+    return options.get(key, default) if hasattr(options, "get") else getattr(options, key, default)
+
+
+def run_identity(state: dict) -> Dict[str, object]:
+    """What a checkpoint records of the run that saved it: its seed, the data it trained on
+    and the settings a run keeps throughout. Checkpoints that differ in one are of different
+    runs, whose mean is no model either run trained. Read from sret-train-cifar's ``settings``
+    and ``data``, sret-train-vision's ``args`` and ``data``, fairseq-train's configuration
+    (``common.seed`` and :data:`RUN_SECTIONS`; the dictionaries are checked on their own)."""
+    identity: Dict[str, object] = {}
+    if isinstance(state.get("settings"), dict):  # sret-train-cifar
+        settings = state["settings"]
+        identity.update(seed=settings.get("seed"), data=(state.get("data") or {}).get("fingerprints"),
+                        settings=repr(sorted((k, repr(v)) for k, v in settings.items() if k != "seed")))
+    elif "data" in state or "classes" in state:  # sret-train-vision
+        identity.update(seed=_read(state.get("args"), "seed"), data=state.get("data"), classes=state.get("classes"))
+    else:
+        cfg = state.get("cfg")
+        identity["seed"] = _read(_read(cfg, "common"), "seed", _read(state.get("args"), "seed"))
+        for section in RUN_SECTIONS:
+            value = _read(cfg, section)
+            if value is not None:
+                identity[section] = str(value)
+    return {key: value for key, value in identity.items() if value is not None}
+
+
+def run_id(identity: Dict[str, object]) -> str:
+    """A short digest of a :func:`run_identity`, recorded with an average's inputs."""
+    import hashlib
+
+    return hashlib.sha256(repr(sorted((k, repr(v)) for k, v in identity.items())).encode()).hexdigest()[:16]
+
+
+def _check_same_run(path, identity: Dict[str, object], first, first_identity: Dict[str, object]) -> None:
+    differ = sorted(key for key in set(identity) | set(first_identity) if identity.get(key) != first_identity.get(key))
+    if differ:
+        shown = "; ".join(f"{key} {identity.get(key)!r} against {first_identity.get(key)!r}"
+                          if key in ("seed", "data", "classes") else f"its {key} settings" for key in differ)
+        raise ValueError(f"{path} is of another run than {first} ({shown}): the mean of two runs' weights is"
+                         " neither model; average the checkpoints of one run")
+
+
 def average_checkpoints(paths: Sequence) -> dict:
     """Average the ``model`` tensors of the given checkpoints.
 
@@ -310,8 +360,10 @@ def average_checkpoints(paths: Sequence) -> dict:
     dictionary fingerprints that loading checks). Floating tensors are accumulated in float64
     and cast back to their dtype; integer tensors get the floor of the mean, as fairseq's
     averaging script does. Raises ValueError for a file given twice (it would count twice), for
-    checkpoints trained with different dictionaries and for models of different kinds
-    (:data:`MODEL_KIND_OPTIONS`).
+    checkpoints trained with different dictionaries, for models of different kinds
+    (:data:`MODEL_KIND_OPTIONS`) and for checkpoints of different runs (:func:`run_identity`:
+    another seed, other data, other settings). The average records its inputs, each path with
+    its run's seed and :func:`run_id`, as ``averaged_from``.
     """
     if not paths:
         raise ValueError("no checkpoints to average")
@@ -326,11 +378,13 @@ def average_checkpoints(paths: Sequence) -> dict:
     metadata, metadata_of = None, None
     sums: "collections.OrderedDict[str, torch.Tensor]" = collections.OrderedDict()
     dtypes: Dict[str, torch.dtype] = {}
-    kinds = []
+    kinds, identities = [], []
     for path in paths:
         state = load_checkpoint(path)
         kinds.append(model_kind(state))
         _check_same_kind(path, kinds[-1], paths[0], kinds[0])
+        identities.append(run_identity(state))
+        _check_same_run(path, identities[-1], paths[0], identities[0])
         model = state.pop("model")
         updates = checkpoint_num_updates(state)
         if new_state is None or (updates is not None and (newest is None or updates > newest)):
@@ -363,6 +417,8 @@ def average_checkpoints(paths: Sequence) -> dict:
     if metadata is not None:
         averaged._metadata = metadata
     new_state["model"] = averaged
+    new_state["averaged_from"] = [{"path": str(Path(path).resolve()), "seed": identity.get("seed"),
+                                   "run": run_id(identity)} for path, identity in zip(paths, identities)]
     return new_state
 
 

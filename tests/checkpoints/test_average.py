@@ -15,7 +15,8 @@ from fairseq_sret.checkpoints import (
 
 
 
-def fake_checkpoint(seed: int, epoch: int, updates: int) -> dict:
+def fake_checkpoint(seed: int, epoch: int, updates: int, run_seed: int = 1) -> dict:
+    """A checkpoint of the run of seed ``run_seed`` at ``epoch``; ``seed`` draws its weights."""
     g = torch.Generator().manual_seed(seed)
     model = collections.OrderedDict(
         [
@@ -26,8 +27,8 @@ def fake_checkpoint(seed: int, epoch: int, updates: int) -> dict:
         ]
     )
     return {
-        "args": argparse.Namespace(arch="transformer", seed=seed),
-        "cfg": {"common": {"seed": seed}},
+        "args": argparse.Namespace(arch="transformer", seed=run_seed, epoch_tag=epoch),
+        "cfg": {"common": {"seed": run_seed}},
         "model": model,
         "criterion": None,
         "optimizer_history": [{"criterion_name": "X", "optimizer_name": "Adam", "num_updates": updates}],
@@ -67,7 +68,7 @@ def test_average_is_the_mean_and_keeps_the_newest_metadata(run_dir):
     assert torch.allclose(avg["model"]["decoder.half"].double(), half, atol=1e-2)
     assert avg["model"]["decoder.version"].tolist() == [(11 + 10 + 4) // 3]  # integer tensors: floor of the mean
     assert checkpoint_num_updates(avg) == 1000 and avg["extra_state"]["train_iterator"]["epoch"] == 10
-    assert avg["args"].seed == 10
+    assert avg["args"].epoch_tag == 10
     # a single checkpoint averages to itself
     one = average_checkpoints(last_n_checkpoints(run_dir, 1))
     assert torch.equal(one["model"]["encoder.layers.0.fc1.bias"], fake_checkpoint(10, 10, 1000)["model"]["encoder.layers.0.fc1.bias"])
