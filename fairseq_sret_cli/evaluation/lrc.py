@@ -46,16 +46,37 @@ def lrc_coefficients(model_state: dict) -> "OrderedDict[str, float]":
 
 
 def collect(paths: Sequence) -> LRCTrajectory:
-    """Read the coefficients from each checkpoint; one entry per distinct update number."""
+    """Read the coefficients from each checkpoint; one entry per distinct update number (an
+    image model's checkpoint, which records no update count, per epoch). Every checkpoint given
+    is drawn or refused: ValueError for one without coefficients among others, for checkpoints
+    of another model (other coefficients), of which some count updates and some not, or two at
+    one update with different coefficients (two runs)."""
     rows: Dict[int, Tuple[str, Optional[int], Dict[str, float]]] = {}
+    empty, first, by_updates = [], None, None
     for i, path in enumerate(paths):
         state = load_checkpoint(path)
         coeffs = lrc_coefficients(state["model"])
         if not coeffs:
+            empty.append(str(path))
             continue
+        if first is None:
+            first = (str(path), list(coeffs))
+        elif list(coeffs) != first[1]:
+            raise ValueError(f"{path} holds other LRC coefficients than {first[0]} (another model): plot the"
+                             " checkpoints of one model")
         updates = checkpoint_num_updates(state)
         epoch = checkpoint_epoch(state)
+        if epoch is None and isinstance(state.get("epoch"), int):  # an image model's checkpoint: epochs from 0
+            epoch = state["epoch"] + 1
+        if by_updates is None:
+            by_updates = (updates is not None, str(path))
+        elif by_updates[0] != (updates is not None):
+            raise ValueError(f"{path} and {by_updates[1]}: one records its update count and the other not"
+                             " (a translation and an image model's checkpoint): plot the checkpoints of one run")
         key = updates if updates is not None else (epoch if epoch is not None else i)
+        if key in rows and rows[key][2] != coeffs:
+            raise ValueError(f"{path} and {rows[key][0]} are both at {'update' if updates is not None else 'epoch'}"
+                             f" {key} with other coefficients (checkpoints of two runs): plot one run at a time")
         if key not in rows or Path(path).name != "checkpoint_last.pt":
             rows[key] = (str(path), epoch, coeffs)
     if not rows:
@@ -63,6 +84,10 @@ def collect(paths: Sequence) -> LRCTrajectory:
             "no LRC coefficients (parameters named *skip_scale / *branch_scale) in "
             f"{len(paths)} checkpoint(s): not an SReT model, or trained with --no-lrc"
         )
+    if empty:
+        raise ValueError(f"{empty[0]}{f' and {len(empty) - 1} more' if len(empty) > 1 else ''}: no LRC coefficients"
+                         f" (parameters named *skip_scale / *branch_scale), unlike {first[0]}: give the checkpoints"
+                         " of one SReT run")
     traj = LRCTrajectory()
     names = list(next(iter(rows.values()))[2])
     for key in sorted(rows):
