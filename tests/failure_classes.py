@@ -48,6 +48,19 @@ CLASSES = [
         "that would change the model or the search inside a free-form passthrough are refused; an "
         "incomplete or piped generation output is refused or read once."),
     FailureClass(
+        "reports-keep-results", "A report rewrites what it cannot reproduce",
+        "A report never removes a recorded result: a recorded run that does not match the data or the "
+        "settings given now stays in the results file as recorded (a run done again since among its "
+        "earlier runs) and is listed below the table with why, uncounted; on the data it was computed on "
+        "the same report counts it again."),
+    FailureClass(
+        "conditions-recorded", "A condition that changes the result changes without a word",
+        "A run records every condition its numbers depend on, each time it changes: the processors and "
+        "torch thread counts a resumed run used, the data's fingerprints. A condition a result cannot "
+        "carry is refused before anything runs: test images of another size than the training ones, a "
+        "class the validation split leaves without training images, checkpoints `sret-plot-lrc` cannot "
+        "place on one run's axis."),
+    FailureClass(
         "metadata-survives", "A transformation drops what a loader checks",
         "Checkpoints keep their dictionary fingerprints through averaging and uptraining, and vision "
         "checkpoints their class names and kind of model; every loader checks them, so a model never "
