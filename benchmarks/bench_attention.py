@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.common import (
-    benchmark_parser, clock_note, default_clock, finish_benchmark, fmt_ratio, measure, median, mib, peak_memory,
+    benchmark_parser, groups_divide_a_length, heads_divide_width, non_negative_int, positive_int,
+    clock_note, default_clock, finish_benchmark, fmt_ratio, measure, median, mib, peak_memory,
     print_table, quiet_logging, start_benchmark,
 )
 from fairseq_sret.core import SlicedGroupAttention, fast_paths
@@ -50,15 +51,15 @@ def build_parser():
     p = benchmark_parser(__doc__, smoke="tiny sizes, a few seconds (harness check)")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
                    help="auto: bfloat16 on CUDA, float32 on CPU")
-    p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024, 4096])
-    p.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--embed-dim", type=int, default=512)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--tokens", type=int, default=None,
+    p.add_argument("--lengths", type=positive_int, nargs="+", default=[128, 512, 1024, 4096])
+    p.add_argument("--groups", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--embed-dim", type=positive_int, default=512)
+    p.add_argument("--heads", type=positive_int, default=8)
+    p.add_argument("--tokens", type=positive_int, default=None,
                    help="tokens per batch, B = tokens / L (default 16384 on CUDA, 4096 on CPU)")
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--iters", type=int, default=None)
-    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--warmup", type=non_negative_int, default=None)
+    p.add_argument("--iters", type=positive_int, default=None)
+    p.add_argument("--rounds", type=positive_int, default=None)
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
                         " runs, where other load on a shared machine inflates wall time, else wall)")
@@ -66,8 +67,13 @@ def build_parser():
     p.add_argument("--skip-parity", action="store_true")
     p.add_argument("--skip-scaling", action="store_true")
     p.add_argument("--skip-one-kernel", action="store_true")
-    p.add_argument("--one-kernel-lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
-    p.add_argument("--one-kernel-groups", type=int, nargs="+", default=[2, 8])
+    p.add_argument("--one-kernel-lengths", type=positive_int, nargs="+", default=[16, 32, 64, 128, 256, 512])
+    p.add_argument("--one-kernel-groups", type=positive_int, nargs="+", default=[2, 8])
+    p.add_check(heads_divide_width())
+    p.add_check(groups_divide_a_length())
+    p.add_check(lambda args: None if max(args.one_kernel_groups) <= max(args.one_kernel_lengths) else
+                f"--one-kernel-groups {max(args.one_kernel_groups)} is longer than every --one-kernel-lengths:"
+                " nothing would be measured")
     return p
 
 
@@ -357,8 +363,6 @@ def bench_parity(args, device, dtype):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.embed_dim % args.heads:
-        raise SystemExit("--heads must divide --embed-dim")
     quiet_logging()
     device = start_benchmark(args)
     dtype = _dtype(args, device)

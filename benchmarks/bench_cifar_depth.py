@@ -46,7 +46,7 @@ def images_per_cpu_second(points: Dict[Hashable, tuple], batch: int, rounds: int
 
 def build_parser():
     # its results go beside the figure (OUT with .json): no --json
-    p = benchmark_parser(__doc__, prog="bench_cifar_depth", smoke=False, device=False, json=False)
+    p = benchmark_parser(__doc__, smoke=False, device=False, json=False)
     p.set_defaults(threads=1)
     p.add_argument("experiment", help="a vision experiment file (kind: vision)")
     p.add_argument("--data", required=True, help="the data the runs were given (their settings are checked)")

@@ -44,7 +44,7 @@ def cpu_seconds(fn, repeats: int) -> float:
 
 
 def build_parser():
-    p = benchmark_parser(__doc__, prog="bench_cifar_input", smoke="a generated 80-image folder, 2 repeats, batch 8",
+    p = benchmark_parser(__doc__, smoke="a generated 80-image folder, 2 repeats, batch 8",
                          device=False)
     p.set_defaults(threads=1)
     p.add_argument("--data", default=None, help="ImageFolder (train/, test/) or torchvision CIFAR download")

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from .common import (
-    benchmark_parser, clock_note, default_clock, finish_benchmark, measure, prepare_as_generate, print_table,
+    benchmark_parser, positive_int, program,
+    clock_note, default_clock, finish_benchmark, measure, prepare_as_generate, print_table,
     quiet_logging, start_benchmark,
 )
 
@@ -37,14 +38,14 @@ def build_parser():
     p = benchmark_parser(__doc__, smoke="tiny model, one round (CI harness check)", device=False)
     p.set_defaults(threads=1)
     p.add_argument("--arch", default="sret_transformer_tiny")
-    p.add_argument("--dict-size", type=int, default=7796, help="joined dictionary entries, specials included")
-    p.add_argument("--gen-batch", type=int, default=16, help="sentences per generation batch")
-    p.add_argument("--src-len", type=int, default=20, help="longest source (tokens, incl. EOS)")
-    p.add_argument("--tgt-len", type=int, default=20, help="generated length; longest training target")
-    p.add_argument("--train-batch", type=int, default=64, help="sentence pairs per training update")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--iters", type=int, default=3, help="calls per variant per round")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--dict-size", type=positive_int, default=7796, help="joined dictionary entries, specials included")
+    p.add_argument("--gen-batch", type=positive_int, default=16, help="sentences per generation batch")
+    p.add_argument("--src-len", type=positive_int, default=20, help="longest source (tokens, incl. EOS)")
+    p.add_argument("--tgt-len", type=positive_int, default=20, help="generated length; longest training target")
+    p.add_argument("--train-batch", type=positive_int, default=64, help="sentence pairs per training update")
+    p.add_argument("--beam", type=positive_int, default=5)
+    p.add_argument("--iters", type=positive_int, default=3, help="calls per variant per round")
+    p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--int8", action="store_true",
                    help="also decode with int8 linear layers (torchao, the int8 extra; decoding only)")
@@ -145,7 +146,7 @@ def main(argv=None):
     try:  # what --bf16 itself refuses on this processor: nothing to measure
         check_cpu_bf16()
     except CPUBF16Unsupported as exc:
-        raise SystemExit(f"bench_cpu_bf16: error: {exc}")
+        raise SystemExit(f"{program()}: error: {exc}")
     if args.int8:
         from fairseq_sret.core.int8 import int8_config
         from fairseq_sret.extras import MissingExtraError
@@ -153,7 +154,7 @@ def main(argv=None):
         try:
             int8_config()
         except MissingExtraError as exc:
-            raise SystemExit(f"bench_cpu_bf16: error: --int8: {exc}")
+            raise SystemExit(f"{program()}: error: --int8: {exc}")
     device = start_benchmark(args, torch.device("cpu"))
     clock = default_clock(device)
     print(f"native bf16 (AMX-BF16 or AVX512-BF16): True; timing: {clock_note(clock)}")

@@ -43,7 +43,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, finish_benchmark, print_table, quiet_logging, start_benchmark
+from benchmarks.common import (
+    benchmark_parser, finish_benchmark, finite_float, positive_int, print_table, quiet_logging, start_benchmark, thread_count,
+)
 from fairseq_sret import json_text
 
 ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "sret/pipeline/fp32", "sret/pipeline/int8",
@@ -62,13 +64,13 @@ def build_parser():
     p.add_argument("--sret", type=Path, help="a trained sret_transformer checkpoint")
     p.add_argument("--transformer", type=Path, help="a trained fairseq transformer checkpoint, same data-bin")
     p.add_argument("--subsets", nargs="+", default=["test"])
-    p.add_argument("--threads", nargs="+", type=int, default=[1], dest="thread_counts", metavar="N",
+    p.add_argument("--threads", nargs="+", type=thread_count, default=[1], dest="thread_counts", metavar="N",
                    help="measure every row with each of these thread counts")
     p.add_argument("--rows", nargs="+", choices=ROWS, help="default: every row whose checkpoint is given")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--limit", type=int, help="translate only the first N sentences of each subset")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--beam", type=positive_int, default=5)
+    p.add_argument("--lenpen", type=finite_float, default=1.0)
+    p.add_argument("--limit", type=positive_int, help="translate only the first N sentences of each subset")
     return p
 
 

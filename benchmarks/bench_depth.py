@@ -44,7 +44,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.common import (
-    benchmark_parser, clock_fn, clock_note, command_line, default_clock, hardware_line, median, prepare_as_generate,
+    benchmark_parser, finite_float, non_negative_int, positive_int,
+    clock_fn, clock_note, command_line, default_clock, hardware_line, median, prepare_as_generate,
     print_table, quiet_logging, start_benchmark,
 )
 from fairseq_sret import json_text
@@ -88,12 +89,12 @@ def build_parser():
     p.add_argument("--force", action="store_true", help="replace a --figure/--json file this script did not make")
     p.add_argument("--subset", default="test")
     p.add_argument("--depths", default=None, help="comma-separated DEPTH or ENC/DEC (default: 1 .. trained)")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    p.add_argument("--max-tokens", type=int, default=None)
-    p.add_argument("--rounds", type=int, default=3, help="timed passes over the subset per depth")
-    p.add_argument("--warmup", type=int, default=1, help="untimed passes per depth first")
+    p.add_argument("--beam", type=positive_int, default=5)
+    p.add_argument("--lenpen", type=finite_float, default=1.0)
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch")
+    p.add_argument("--max-tokens", type=positive_int, default=None)
+    p.add_argument("--rounds", type=positive_int, default=3, help="timed passes over the subset per depth")
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed passes per depth first")
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer (default: cpu time for single-threaded CPU runs, else wall)")
     return p

@@ -59,7 +59,7 @@ GEN = re.compile(r"Translated ([0-9,]+) sentences \(([0-9,]+) tokens\) in ([0-9.
 
 
 def build_parser():
-    from benchmarks.common import benchmark_parser  # not at import: see main's json_text
+    from benchmarks.common import benchmark_parser, positive_float, positive_int  # not at import: see main's json_text
 
     # the device is fairseq's choice (CUDA when available, the CPU with --smoke), as are its threads
     p = benchmark_parser(__doc__, smoke="CPU, tiny models and data, fp32 (harness check)", device=False,
@@ -72,16 +72,16 @@ def build_parser():
     p.add_argument("--archs", nargs="+", default=["sret_transformer_iwslt_de_en", "transformer_iwslt_de_en"])
     p.add_argument("--precisions", nargs="+", choices=["fp16", "bf16", "fp32"], default=None,
                    help="default: fp16 bf16 on CUDA, fp32 on CPU")
-    p.add_argument("--vocab", type=int, default=5000, help="words per side (joined dictionary ~2x)")
-    p.add_argument("--train-sentences", type=int, default=30000)
-    p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--max-update", type=int, default=60)
-    p.add_argument("--log-interval", type=int, default=10)
-    p.add_argument("--gen-sentences", type=int, default=512)
-    p.add_argument("--gen-batch", type=int, default=128)
-    p.add_argument("--gen-len", type=int, default=30)
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--timeout", type=float, default=180, help="seconds per fairseq process")
+    p.add_argument("--vocab", type=positive_int, default=5000, help="words per side (joined dictionary ~2x)")
+    p.add_argument("--train-sentences", type=positive_int, default=30000)
+    p.add_argument("--max-tokens", type=positive_int, default=4096)
+    p.add_argument("--max-update", type=positive_int, default=60)
+    p.add_argument("--log-interval", type=positive_int, default=10)
+    p.add_argument("--gen-sentences", type=positive_int, default=512)
+    p.add_argument("--gen-batch", type=positive_int, default=128)
+    p.add_argument("--gen-len", type=positive_int, default=30)
+    p.add_argument("--beam", type=positive_int, default=5)
+    p.add_argument("--timeout", type=positive_float, default=180, help="seconds per fairseq process")
     p.add_argument("--skip-generate", action="store_true")
     p.add_argument("--sdpa-decoding", action="store_true",
                    help="also generate with SReT's decoding steps attending through scaled_dot_product_attention"

@@ -5,7 +5,8 @@ hypotheses? the same BLEU? how fast? (docs/hf.md)
         --data-bin runs/multi30k/data-bin [--beam 5] [--lenpen 1.0] [--batch-size 64] [--threads 1]
 
 1. Exports the checkpoint with sret-export-hf's library function (to a temporary folder, or
-   uses ``--exported DIR``).
+   uses ``--exported DIR``, which must be an export of ``--checkpoint``: the fingerprint of the
+   checkpoint file it records is checked before anything runs).
 2. Per search (greedy, then beam ``--beam``): fairseq-generate translates the test subset of
    the data-bin (the plugin, in this process, ``--batch-size``, max length 200). Then, on the
    batches fairseq-generate makes, alternating batch by batch, fairseq's ``SequenceGenerator``
@@ -26,7 +27,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, finish_benchmark, print_table, start_benchmark
+from benchmarks.common import (
+    benchmark_parser, finish_benchmark, finite_float, positive_int, print_table, start_benchmark,
+)
 
 
 def build_parser():
@@ -36,9 +39,9 @@ def build_parser():
     p.add_argument("--data-bin", required=True)
     p.add_argument("--exported", help="an sret-export-hf folder of the checkpoint (default: export to a temporary one)")
     p.add_argument("--subset", default="test")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--beam", type=positive_int, default=5)
+    p.add_argument("--lenpen", type=finite_float, default=1.0)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     return p
 
 
@@ -99,7 +102,15 @@ def translate_both(checkpoint, data_bin, subset, model, tokenizer, sources, beam
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.exported:
+        from fairseq_sret.hf.convert import ExportError, check_exported_from
+
+        try:
+            check_exported_from(args.exported, args.checkpoint)
+        except ExportError as exc:
+            parser.error(f"--exported: {exc}")
     start_benchmark(args, torch.device("cpu"))
     import fairseq_sret.hf  # noqa: F401
     from fairseq_sret_cli.data.subword import SentencePieceCodec

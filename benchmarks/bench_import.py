@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from benchmarks.common import benchmark_parser, finish_benchmark, print_table, start_benchmark
+from benchmarks.common import benchmark_parser, finish_benchmark, positive_int, print_table, start_benchmark
 
 IMPORTS = ["torch", "fairseq_sret", "fairseq_sret.core", "fairseq_sret.vision", "fairseq_sret.models"]
 
@@ -31,7 +31,7 @@ def time_import(module: str, repeats: int) -> tuple:
 
 def build_parser():
     p = benchmark_parser(__doc__, smoke=False, device=False, threads=False)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=positive_int, default=5)
     return p
 
 

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from benchmarks.common import (
-    benchmark_parser, clock_note, default_clock, finish_benchmark, fmt_ratio, measure, median, print_table,
+    benchmark_parser, non_negative_int, positive_int,
+    clock_note, default_clock, finish_benchmark, fmt_ratio, measure, median, print_table,
     quiet_logging, start_benchmark,
 )
 from fairseq_sret.core import fast_paths
@@ -35,12 +36,12 @@ MODES = {"3op": dict(lrc_one_op=False, fused="off"), "one-op": dict(lrc_one_op=T
 
 def build_parser():
     p = benchmark_parser(__doc__)
-    p.add_argument("--batch", type=int, default=None, help="images (default 256 on CUDA, 16 on CPU)")
+    p.add_argument("--batch", type=positive_int, default=None, help="images (default 256 on CUDA, 16 on CPU)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="dtype of the branch y (the residual stream x stays float32, as under autocast)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=None)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--warmup", type=non_negative_int, default=3)
+    p.add_argument("--iters", type=positive_int, default=None)
+    p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--clock", choices=["wall", "cpu"], default=None)
     return p
 

@@ -58,7 +58,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
-    benchmark_parser, clock_note, default_clock, finish_benchmark, flop_counter, fmt_ratio, measure, median, mib,
+    benchmark_parser, non_negative_int, positive_int,
+    clock_note, default_clock, finish_benchmark, flop_counter, fmt_ratio, measure, median, mib,
     peak_memory, prepare_as_generate, print_table, profile_table, quiet_logging, start_benchmark, sync,
 )
 from fairseq.sequence_generator import SequenceGenerator
@@ -75,15 +76,15 @@ def build_parser():
     p.set_defaults(device="cpu")
     p.add_argument("--fairseq-arch", default="transformer_iwslt_de_en")
     p.add_argument("--sret-arch", default="sret_transformer_iwslt_de_en")
-    p.add_argument("--vocab", type=int, default=10000)
-    p.add_argument("--batch", type=int, default=32, help="sentence pairs per training batch")
-    p.add_argument("--src-len", type=int, default=30, help="longest source (tokens, incl. EOS)")
-    p.add_argument("--tgt-len", type=int, default=30, help="longest target; also the generated length")
-    p.add_argument("--gen-batch", type=int, default=16, help="sentences per generation batch")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--iters", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--vocab", type=positive_int, default=10000)
+    p.add_argument("--batch", type=positive_int, default=32, help="sentence pairs per training batch")
+    p.add_argument("--src-len", type=positive_int, default=30, help="longest source (tokens, incl. EOS)")
+    p.add_argument("--tgt-len", type=positive_int, default=30, help="longest target; also the generated length")
+    p.add_argument("--gen-batch", type=positive_int, default=16, help="sentences per generation batch")
+    p.add_argument("--beam", type=positive_int, default=5)
+    p.add_argument("--warmup", type=non_negative_int, default=1)
+    p.add_argument("--iters", type=positive_int, default=2)
+    p.add_argument("--rounds", type=positive_int, default=3)
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="timer: wall-clock, or this process's CPU time (default: cpu for single-threaded CPU"
                         " runs, where other load on a shared machine inflates wall time, else wall)")

@@ -26,7 +26,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from benchmarks.common import benchmark_parser, finish_benchmark, print_table, quiet_logging, start_benchmark
+from benchmarks.common import (
+    benchmark_parser, finish_benchmark, groups_divide_a_length, heads_divide_width, positive_int, print_table,
+    quiet_logging, start_benchmark,
+)
 from fairseq_sret.core import SlicedGroupAttention
 
 aten = torch.ops.aten
@@ -158,13 +161,15 @@ def sret_stage_table(device, img_size):
 def build_parser():
     p = benchmark_parser(__doc__, threads=False)
     p.set_defaults(device="cpu")  # FLOP counts do not depend on it
-    p.add_argument("--length", type=int, default=1024)
-    p.add_argument("--embed-dim", type=int, default=512)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--recursions", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--img-size", type=int, default=224, help="SReT-T input size for the stage table")
+    p.add_argument("--length", type=positive_int, default=1024)
+    p.add_argument("--embed-dim", type=positive_int, default=512)
+    p.add_argument("--heads", type=positive_int, default=8)
+    p.add_argument("--recursions", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--groups", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--img-size", type=positive_int, default=224, help="SReT-T input size for the stage table")
     p.add_argument("--skip-sret", action="store_true", help="skip the SReT-T stage table")
+    p.add_check(heads_divide_width())
+    p.add_check(groups_divide_a_length(lengths="length"))
     return p
 
 

@@ -36,7 +36,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, finish_benchmark, print_table, start_benchmark
+from benchmarks.common import (
+    benchmark_parser, finish_benchmark, non_negative_int, positive_float, positive_int, print_table, start_benchmark,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -98,17 +100,17 @@ def build_parser():
     # CPU only; every fairseq run is single-threaded (OMP_NUM_THREADS=1)
     p = benchmark_parser(__doc__, smoke="tiny settings (harness check)", device=False, threads=False)
     p.add_argument("--work-dir", default=None, help="where data and checkpoints go (default: a temporary folder)")
-    p.add_argument("--teacher-updates", type=int, default=1200)
-    p.add_argument("--updates", type=int, default=800, help="fine-tuning and from-scratch updates")
-    p.add_argument("--valid-every", type=int, default=25)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--vocab", type=int, default=40)
-    p.add_argument("--train-sentences", type=int, default=4000)
-    p.add_argument("--eval-sentences", type=int, default=200, help="valid and test sentences each")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--max-tokens", type=int, default=1500)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--teacher-updates", type=positive_int, default=1200)
+    p.add_argument("--updates", type=positive_int, default=800, help="fine-tuning and from-scratch updates")
+    p.add_argument("--valid-every", type=positive_int, default=25)
+    p.add_argument("--dim", type=positive_int, default=64)
+    p.add_argument("--vocab", type=positive_int, default=40)
+    p.add_argument("--train-sentences", type=positive_int, default=4000)
+    p.add_argument("--eval-sentences", type=positive_int, default=200, help="valid and test sentences each")
+    p.add_argument("--lr", type=positive_float, default=2e-3)
+    p.add_argument("--warmup", type=non_negative_int, default=100)
+    p.add_argument("--max-tokens", type=positive_int, default=1500)
+    p.add_argument("--seed", type=non_negative_int, default=1)
     p.add_argument("--no-long-scratch", action="store_true", help="skip the from-scratch run with the teacher's budget")
     return p
 

@@ -59,7 +59,8 @@ import torch.nn.functional as F
 from contextlib import nullcontext
 
 from benchmarks.common import (
-    benchmark_parser, clock_fn, clock_note, default_clock, finish_benchmark, fmt_ratio, median, mib, peak_memory,
+    benchmark_parser, non_negative_float, non_negative_int, positive_float,
+    clock_fn, clock_note, default_clock, finish_benchmark, fmt_ratio, median, mib, peak_memory,
     positive_int, print_table, profile_table, quiet_logging, start_benchmark, sync,
 )
 from fairseq_sret.core import fast_paths, fold_lrc
@@ -133,13 +134,13 @@ def build_parser():
     p.add_argument("--model-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="weights and input in this dtype, no autocast (timm benchmark.py's --model-dtype);"
                         " inference only")
-    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--warmup", type=non_negative_int, default=None)
     p.add_argument("--iters", type=positive_int, default=None)
     p.add_argument("--rounds", type=positive_int, default=None)
     p.add_argument("--reference", default=None, help="model whose eager variant is the 1.00x row")
-    p.add_argument("--time-budget", type=float, default=None,
+    p.add_argument("--time-budget", type=positive_float, default=None,
                    help="seconds; variants not yet prepared when it is spent are skipped")
-    p.add_argument("--compile-estimate", type=float, nargs=2, default=[60.0, 150.0], metavar=("INFER", "TRAIN"),
+    p.add_argument("--compile-estimate", type=non_negative_float, nargs=2, default=[60.0, 150.0], metavar=("INFER", "TRAIN"),
                    help="seconds a compile variant is expected to take; skipped when the time budget has"
                         " less left (the first --compile model has priority: the others' inference compile"
                         " also leaves room for its training compile)")

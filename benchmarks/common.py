@@ -9,6 +9,7 @@ noisy).
 
 import argparse
 import logging
+import math
 import os
 import platform
 import shlex
@@ -51,6 +52,22 @@ class BenchmarkParser(argparse.ArgumentParser):
                 self.error(str(exc))
         return parsed, rest
 
+    def add_check(self, check: Callable[[argparse.Namespace], Optional[str]]) -> None:
+        """A check of options together (``--heads`` divides ``--embed-dim``), run by
+        :meth:`parse_args` after each option's own type: ``check(args)`` returns what is wrong
+        (one line, naming the options) or None."""
+        self.checks.append(check)
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's parsing, then the benchmark's checks (:meth:`add_check`): every refusal is
+        ``python -m benchmarks.NAME: error: ...``, exit 2, before any work."""
+        parsed = super().parse_args(args, namespace)
+        for check in getattr(self, "checks", ()):
+            problem = check(parsed)
+            if problem:
+                self.error(problem)
+        return parsed
+
 
 def benchmark_parser(description: str, *, prog: Optional[str] = None, smoke: Union[bool, str] = True,
                      device: bool = True, threads: bool = True, json: bool = True) -> BenchmarkParser:
@@ -60,7 +77,12 @@ def benchmark_parser(description: str, *, prog: Optional[str] = None, smoke: Uni
     ``--threads`` (default: torch's own) and ``--json PATH``; False leaves one out, and
     ``parser.set_defaults(device="cpu")`` changes a default. :func:`start_benchmark` applies them.
     """
+    if prog is None:  # the caller's module: benchmarks.NAME, also when it runs as __main__
+        caller = sys._getframe(1).f_globals
+        module = getattr(caller.get("__spec__"), "name", None) or caller.get("__name__", "")
+        prog = f"python -m {module}" if module.startswith("benchmarks.") else None
     p = BenchmarkParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.checks = []
     shared = p.add_argument_group("shared benchmark options")
     if smoke:
         shared.add_argument("--smoke", action="store_true",
@@ -69,7 +91,7 @@ def benchmark_parser(description: str, *, prog: Optional[str] = None, smoke: Uni
         shared.add_argument("--device", default="auto", type=device_option,
                             help="auto (CUDA when available), cpu, cuda or cuda:N (default: %(default)s)")
     if threads:
-        shared.add_argument("--threads", type=positive_int, default=None, metavar="N",
+        shared.add_argument("--threads", type=thread_count, default=None, metavar="N",
                             help="torch.set_num_threads(N) (default: %(default)s; None: torch's own)")
     if json:
         shared.add_argument("--json", metavar="PATH", type=json_path,
@@ -126,24 +148,113 @@ def checked_outputs(parser: BenchmarkParser, args: argparse.Namespace, paths, in
         parser.error(str(exc))
 
 
-def positive_int(text: str) -> int:
-    """``--threads``: an integer >= 1 (argparse names the option in its error)."""
+# The types of the benchmarks' numeric options: every count, size, rate and time a benchmark
+# takes goes through one of these (argparse names the option in the error), so that a value it
+# cannot use is refused when the command line is read, never a traceback or an empty table later.
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count or size: an integer >= 1."""
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """A count that may be 0 (warm-up calls, updates, a seed): an integer >= 0."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def thread_count(text: str) -> int:
+    """``--threads``: an integer from 1 to the processors this machine has."""
+    value, most = positive_int(text), os.cpu_count() or 1
+    if value > most:
+        raise argparse.ArgumentTypeError(f"must be at most the {most} processors of this machine, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A rate, time or size: a finite number > 0."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A time or ratio that may be 0 (0: none): a finite number >= 0."""
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A number of either sign (a length penalty): finite."""
+    return _number(text)
+
+
+def heads_divide_width(heads: str = "heads", width: str = "embed_dim") -> Callable:
+    """A check (:meth:`BenchmarkParser.add_check`): the option ``heads`` divides the option ``width``
+    (``heads=None``: the width's ``max(1, width // 64)`` heads, as the script derives them)."""
+    def check(args):
+        c = getattr(args, width)
+        h = getattr(args, heads) if heads else max(1, c // 64)
+        if c % h:
+            given = f"--{heads.replace('_', '-')} {h}" if heads else f"{h} heads (width // 64)"
+            return f"{given} must divide --{width.replace('_', '-')} {c}"
+        return None
+    return check
+
+
+def groups_divide_a_length(groups: str = "groups", lengths: str = "lengths") -> Callable:
+    """A check: every group count of the option ``groups`` divides one of the sequence lengths of
+    the option ``lengths`` (a count that divides none would measure nothing)."""
+    def check(args):
+        given = getattr(args, lengths)
+        given = list(given) if isinstance(given, (list, tuple)) else [given]
+        idle = [g for g in getattr(args, groups) if not any(length % g == 0 for length in given)]
+        if idle:
+            return (f"--{groups.replace('_', '-')} {' '.join(map(str, idle))} divides none of the sequence lengths"
+                    f" (--{lengths.replace('_', '-')} {' '.join(map(str, given))}): nothing would be measured")
+        return None
+    return check
+
+
+#: the types above: a benchmark's numeric option has one of them (tests/test_benchmarks_cli.py)
+NUMERIC_TYPES = (positive_int, non_negative_int, thread_count, positive_float, non_negative_float, finite_float)
+
+
 def device_option(text: str) -> str:
-    """``--device``: ``auto`` or a device torch knows (``cpu``, ``cuda``, ``cuda:1``, ...)."""
+    """``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (the devices a benchmark runs on;
+    ``meta`` and the like compute nothing); one this machine lacks is refused by
+    :func:`pick_device`, before any work."""
     if text != "auto":
         try:
-            torch.device(text)
+            device = torch.device(text)
         except RuntimeError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a device: give auto, cpu, cuda or cuda:N") from None
+            device = None
+        if device is None or device.type not in ("cpu", "cuda"):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a device: give auto, cpu, cuda or cuda:N")
     return text
 
 
@@ -203,7 +314,6 @@ def write_json(path, report: dict) -> None:
     outputs.write_text(Path(path), json_text.dumps(report, indent=1) + "\n")
 
 
-
 def pick_device(name: Optional[str]) -> torch.device:
     """The device of ``--device``; a device this machine lacks ends the benchmark with one
     line (exit 2, as argparse's errors) before any work, not a traceback later."""
@@ -212,7 +322,7 @@ def pick_device(name: Optional[str]) -> torch.device:
     device = torch.device(name)
     why = missing_device(device)
     if why:
-        print(f"{os.path.basename(sys.argv[0])}: error: --device {name}: {why}", file=sys.stderr)
+        print(f"{program()}: error: --device {name}: {why}", file=sys.stderr)
         raise SystemExit(2)
     return device
 
@@ -359,6 +469,12 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[obje
     for row in rows:
         print("| " + " | ".join(str(c) for c in row) + " |")
     print(flush=True)
+
+
+def program() -> str:
+    """The running benchmark as its errors name it: ``python -m benchmarks.NAME``."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return f"python -m {spec.name}" if spec is not None else os.path.basename(sys.argv[0])
 
 
 def command_line() -> str:

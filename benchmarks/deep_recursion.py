@@ -41,7 +41,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import benchmark_parser, set_threads, start_benchmark, write_json
+from benchmarks.common import (
+    benchmark_parser, heads_divide_width, non_negative_float, non_negative_int, positive_float, positive_int,
+    set_threads, start_benchmark, write_json,
+)
 from fairseq_sret_cli import toy
 from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
 from fairseq_sret import json_text
@@ -52,24 +55,25 @@ REPO = Path(__file__).resolve().parents[1]
 def build_parser():
     # --json: this report (config, memory, training), not tables
     p = benchmark_parser(__doc__.splitlines()[0], smoke=False, device=False)
-    p.add_argument("--unique-layers", type=int, default=5, help="unique layers per side")
-    p.add_argument("--recursions", type=int, default=100, help="applications of each layer")
-    p.add_argument("--width", type=int, default=256, help="embedding width (FFN = 4x, heads = width/64)")
-    p.add_argument("--nll-ratio", type=float, default=0.0,
+    p.add_argument("--unique-layers", type=positive_int, default=5, help="unique layers per side")
+    p.add_argument("--recursions", type=positive_int, default=100, help="applications of each layer")
+    p.add_argument("--width", type=positive_int, default=256, help="embedding width (FFN = 4x, heads = width/64)")
+    p.add_argument("--nll-ratio", type=non_negative_float, default=0.0,
                    help="NLL hidden ratio (NLLs are per-application parameters: 0.5 at width"
                         " 256 adds 66k parameters per application)")
     p.add_argument("--groups", default="1", help="--encoder-groups (one value: every recursion)")
-    p.add_argument("--batch", type=int, default=4, help="sentences per batch")
-    p.add_argument("--length", type=int, default=16, help="tokens per sentence")
-    p.add_argument("--vocab", type=int, default=16, help="generated symbols")
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--batch", type=positive_int, default=4, help="sentences per batch")
+    p.add_argument("--length", type=positive_int, default=16, help="tokens per sentence")
+    p.add_argument("--vocab", type=positive_int, default=16, help="generated symbols")
+    p.add_argument("--lr", type=positive_float, default=3e-4)
+    p.add_argument("--seed", type=non_negative_int, default=1)
     p.add_argument("--checkpoint-recursions", action="store_true", help="train with activation checkpointing")
-    p.add_argument("--updates", type=int, default=0, help="train this many updates")
-    p.add_argument("--time-limit", type=float, default=0.0,
+    p.add_argument("--updates", type=non_negative_int, default=0, help="train this many updates")
+    p.add_argument("--time-limit", type=non_negative_float, default=0.0,
                    help="stop training after this many seconds (0 = no limit); reported honestly")
     p.add_argument("--memory", action="store_true", help="measure peak step memory with and without checkpointing")
     p.add_argument("--child-memory", action="store_true", help=argparse.SUPPRESS)
+    p.add_check(heads_divide_width(heads=None, width="width"))
     return p
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import checked_outputs
-from benchmarks.common import benchmark_parser, command_line, flop_counter, write_json
+from benchmarks.common import benchmark_parser, command_line, flop_counter, positive_int, write_json
 
 
 def build(data: str, arch: str, args):
@@ -67,7 +67,7 @@ def build_parser():
     p.add_argument("experiment")
     p.add_argument("--data", required=True, help="the prepared data-bin the rows train on")
     p.add_argument("--rows", nargs="+", default=None, help="only these row ids (default: all)")
-    p.add_argument("--batches", type=int, default=8, help="valid batches to count (default: %(default)s)")
+    p.add_argument("--batches", type=positive_int, default=8, help="valid batches to count (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="write the table here (and a .json beside it)")
     p.output_options = ("json", "out")
     return p

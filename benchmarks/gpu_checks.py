@@ -27,7 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.common import benchmark_parser, pick_device, start_benchmark, write_json
+from benchmarks.common import (
+    benchmark_parser, heads_divide_width, non_negative_int, pick_device, positive_float, positive_int,
+    start_benchmark, write_json,
+)
 from fairseq_sret.core import NonLinearProjection, Recursive, SlicedGroupAttention, SReTBlock
 from fairseq_sret_cli.toy import reversal_batch, reversal_pairs
 from fairseq_sret import json_text
@@ -186,15 +189,16 @@ def build_parser():
     p = benchmark_parser(__doc__.splitlines()[0], smoke=False, threads=False)
     p.set_defaults(device="cuda")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
-    p.add_argument("--updates", type=int, default=100)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--length", type=int, default=24)
-    p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--attention-length", type=int, default=256, help="tokens in the attention check")
+    p.add_argument("--updates", type=positive_int, default=100)
+    p.add_argument("--batch", type=positive_int, default=64)
+    p.add_argument("--length", type=positive_int, default=24)
+    p.add_argument("--vocab", type=positive_int, default=64)
+    p.add_argument("--width", type=positive_int, default=256)
+    p.add_argument("--lr", type=positive_float, default=1e-3)
+    p.add_argument("--warmup", type=non_negative_int, default=20)
+    p.add_argument("--seed", type=non_negative_int, default=1)
+    p.add_argument("--attention-length", type=positive_int, default=256, help="tokens in the attention check")
+    p.add_check(heads_divide_width(heads=None, width="width"))
     return p
 
 

@@ -44,7 +44,8 @@ SHARED = {
     "quickstart_budget": set(),
 }
 #: each shared option: what the command line gives, and the value the script reads
-GIVEN = {"--smoke": ([], True), "--device": (["cpu"], "cpu"), "--threads": (["3"], 3), "--json": (["r.json"], "r.json")}
+GIVEN = {"--smoke": ([], True), "--device": (["cpu"], "cpu"), "--threads": ([str(os.cpu_count())], os.cpu_count()),
+         "--json": (["r.json"], "r.json")}
 
 
 def benchmarks_command(*args, **kwargs):
@@ -149,7 +150,7 @@ def test_a_benchmark_runs_by_name_as_its_module_does(tmp_path):
     assert f"### {table['title']}" in proc.stdout and table["rows"]
     assert all(f"| {' | '.join(row)} |" in proc.stdout for row in table["rows"])
     failed = benchmarks_command("bench_theorem1", "--no-such-option")
-    assert failed.returncode == 2 and "bench_theorem1.py: error: unrecognized arguments" in failed.stderr
+    assert failed.returncode == 2 and "python -m benchmarks.bench_theorem1: error: unrecognized arguments" in failed.stderr
 
 
 @pytest.mark.parametrize("args, error", [
@@ -170,3 +171,76 @@ def test_shared_options_refuse_bad_values_before_anything_runs(args, error, tmp_
         parser.parse_args([arg.format(**names) for arg in args])
     assert exit_info.value.code == 2
     assert error.format(**names) in capsys.readouterr().err
+
+
+#: values each checked numeric type refuses (tests below); a bare int or float refuses none of them
+REFUSED = {
+    "positive_int": ["0", "-4", "2.5", "x"], "non_negative_int": ["-4", "2.5"], "thread_count": ["0", str(10**9)],
+    "positive_float": ["0", "-1", "nan", "inf"], "non_negative_float": ["-1", "nan"], "finite_float": ["nan", "x"],
+}
+
+
+def option_values(action, value):
+    return [value] * (action.nargs if isinstance(action.nargs, int) else 1)
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+@pytest.mark.reliability("one-line-errors")
+def test_every_numeric_option_of_every_benchmark_refuses_what_it_cannot_use(name, capsys):
+    """Every count, size, rate or time a benchmark takes has one of the checked types of
+    benchmarks/common.py (never a bare int or float, which takes 0, -4, nan or a thread count
+    no machine has), and a value it cannot use is one line naming the benchmark and the option,
+    exit 2, when the command line is read: before anything runs."""
+    from benchmarks import common
+
+    try:
+        module = importlib.import_module(BENCHMARKS[name].module)
+    except ModuleNotFoundError as exc:
+        pytest.skip(f"{name}: {exc}")
+    parser = module.build_parser()
+    base = required_arguments(parser)
+    checked = {getattr(common, type_name, type_name): values for type_name, values in REFUSED.items()}
+    for action in parser._actions:
+        if not action.option_strings:
+            continue
+        option = action.option_strings[-1]
+        assert action.type not in (int, float), f"{name} {option}: a bare {action.type.__name__}, no range checked"
+        for value in checked.get(action.type, ()):
+            with pytest.raises(SystemExit) as exit_info:
+                parser.parse_args([*base, option, *option_values(action, value)])
+            line = capsys.readouterr().err.strip().splitlines()[-1]
+            assert exit_info.value.code == 2, (name, option, value)
+            assert line.startswith(f"python -m benchmarks.{name}: error: argument ") and option in line, line
+
+
+@pytest.mark.parametrize("name, args, error", [
+    ("bench_attention", ["--heads", "3"], "--heads 3 must divide --embed-dim 512"),
+    ("bench_attention", ["--lengths", "128", "512", "--groups", "1", "3"],
+     "--groups 3 divides none of the sequence lengths (--lengths 128 512)"),
+    ("bench_attention", ["--one-kernel-groups", "1024"], "--one-kernel-groups 1024 is longer than every"),
+    ("bench_theorem1", ["--groups", "1", "3"], "--groups 3 divides none of the sequence lengths (--length 1024)"),
+    ("bench_theorem1", ["--embed-dim", "100", "--heads", "8"], "--heads 8 must divide --embed-dim 100"),
+    ("bench_theorem1", ["--device", "meta"], "argument --device: 'meta' is not a device"),
+    ("gpu_checks", ["--width", "193"], "3 heads (width // 64) must divide --width 193"),
+    ("deep_recursion", ["--width", "193"], "3 heads (width // 64) must divide --width 193"),
+])
+@pytest.mark.reliability("one-line-errors")
+def test_options_that_do_not_fit_together_are_refused_when_read(name, args, error, capsys):
+    parser = importlib.import_module(BENCHMARKS[name].module).build_parser()
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([*required_arguments(parser), *args])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and line.startswith(f"python -m benchmarks.{name}: error: ") and error in line, line
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("args", [
+    ["bench_attention", "--rounds", "0"], ["bench_lrc", "--batch", "-4"], ["bench_import", "--repeats", "0"],
+    ["bench_theorem1", "--heads", "0"], ["bench_attention", "--groups", "0"], ["bench_lrc", "--device", "meta"],
+    ["bench_lrc", "--threads", str(10**6)],
+])
+def test_a_bad_option_ends_a_benchmark_before_it_prints_anything(args):
+    proc = benchmarks_command(*args)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout[-500:]
+    (line,) = [line for line in proc.stderr.strip().splitlines() if not line.startswith(("usage:", " "))]
+    assert line.startswith(f"python -m benchmarks.{args[0]}: error: argument {args[1]}"), line

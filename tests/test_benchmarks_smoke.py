@@ -297,7 +297,7 @@ def test_bench_cpu_bf16_smoke():
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         last = proc.stderr.strip().splitlines()[-1]
-        assert last.startswith("bench_cpu_bf16: error: --bf16 on the CPU") and "native bf16" in last
+        assert last.startswith("python -m benchmarks.bench_cpu_bf16: error: --bf16 on the CPU") and "native bf16" in last
         assert "bf16/fp32 per round:" not in proc.stdout
         return
     out = run_script("bench_cpu_bf16")

@@ -299,7 +299,7 @@ def test_a_benchmark_on_cuda_without_cuda_stops_in_one_line_before_it_runs(capsy
 @pytest.mark.parametrize("argv,message", [
     (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),  # a ValueError deep inside
     (["--repeats", "0"], "argument --repeats: must be at least 1, got 0"),  # the median of nothing
-    (["--data", "nope"], "bench_cifar_input: error: --data nope: no such folder"),
+    (["--data", "nope"], "python -m benchmarks.bench_cifar_input: error: --data nope: no such folder"),
 ])
 @pytest.mark.reliability("one-line-errors")
 def test_the_cifar_input_benchmark_refuses_its_bad_options_in_one_line(tmp_path, capsys, argv, message):
