@@ -16,7 +16,7 @@ pytest.importorskip("fairseq")
 
 import fairseq_sret.hf  # noqa: E402,F401
 from fairseq_sret.checkpoints import average_checkpoints  # noqa: E402
-from fairseq_sret.hf.convert import MARKER, ExportError, check_exported_from, export_checkpoint  # noqa: E402
+from fairseq_sret.hf.convert import MARKER, ExportError, export_checkpoint  # noqa: E402
 from fairseq_sret_cli.data import multi30k  # noqa: E402
 from fairseq_sret_cli.export_hf import main as export_main  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline  # noqa: E402
@@ -89,6 +89,8 @@ def test_an_export_refuses_the_sentencepiece_model_of_another_preparation(
 
 
 def test_the_data_bins_own_model_exports_with_the_fingerprints_of_its_files(exported, checkpoint):
+    from fairseq_sret.hf.convert import check_exported_from
+
     config = json.loads((exported / "config.json").read_text())
     tokenizer_config = json.loads((exported / "tokenizer_config.json").read_text())
     assert set(config["tokenizer_fingerprints"]) == {"spm.model", "dict.source.txt", "dict.target.txt"}
@@ -151,6 +153,7 @@ def test_a_folder_exported_before_fingerprints_loads_as_before_with_one_warning(
 @pytest.mark.reliability("tied-to-inputs")
 def test_bench_hf_refuses_an_export_of_another_checkpoint(exported, checkpoint, data_bin, tmp_path, capsys):
     from benchmarks import bench_hf
+    from fairseq_sret.hf.convert import check_exported_from
 
     other = tmp_path / "other.pt"
     sret_checkpoint(data_bin, other, seed=1)

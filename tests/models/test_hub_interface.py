@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hf"))
 
 from test_modeling import make_data_bin  # noqa: E402
 
-from fairseq_sret.models.sret_transformer import SReTHubInterface, SReTTransformerModel  # noqa: E402
+from fairseq_sret.models.sret_transformer import SReTTransformerModel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -50,6 +50,8 @@ def test_the_hub_refuses_a_beam_it_cannot_search_with(hub, beam):
 
 
 def test_the_hub_translates_with_a_beam_it_can_search_with(hub):
+    from fairseq_sret.models.sret_transformer import SReTHubInterface
+
     assert isinstance(hub, SReTHubInterface)
     for beam in (1, 2):
         assert isinstance(hub.translate("Hund läuft.", beam=beam, max_len_b=5), str)
