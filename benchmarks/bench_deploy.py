@@ -273,6 +273,7 @@ def main(argv=None):
     quiet_logging()
     start_benchmark(args, torch.device("cpu"))
     results = []
+    from fairseq_sret.conversion.ctranslate2_spec import CT2ExportError
     from fairseq_sret.fairseq_patches import CPUBF16Unsupported
 
     # each row in a fresh process: CTranslate2 brings its own OpenMP runtime, beside which
@@ -285,6 +286,8 @@ def main(argv=None):
                     results.extend(pool.apply(run_row, (row, args, threads)))
                 except CPUBF16Unsupported as refused:  # fairseq-generate --bf16 refuses it too
                     print(f"{row}: not measured on this processor: {refused}", flush=True)
+                except CT2ExportError as refused:  # sret-export-ct2 refuses it too
+                    print(f"{row}: not measured: CTranslate2 cannot run this checkpoint: {refused}", flush=True)
     print_table(f"beam {args.beam}, batches of {args.batch_size}", ["model / engine / precision", "threads", "subset",
                 "sentences", "sacreBLEU", "sentences/s", "sentences per CPU second"],
                 [[r["row"], r["threads"], r["subset"], r["sentences"], r["bleu"], r["sentences_per_s"],
