@@ -286,7 +286,8 @@ def load_splits(data_dir: str, val_split: int, split_seed: int, option: str = "-
         train, val = train_all.split_off(val_split, seed=split_seed)
     else:
         train, val = train_all, None
-    untaught = [name for c, name in enumerate(train.classes) if not bool((train.targets == c).any())]
+    untaught = [name for c, name in enumerate(train.classes)
+                if bool((train_all.targets == c).any()) and not bool((train.targets == c).any())]
     if untaught:
         raise UserError(f"{data_dir}: class {untaught[0]!r}{f' and {len(untaught) - 1} more' if len(untaught) > 1 else ''}"
                         f" has no training images once --val-split {val_split} holds images out: the model could"
