@@ -385,6 +385,11 @@ def average_checkpoints(paths: Sequence) -> dict:
         _check_same_kind(path, kinds[-1], paths[0], kinds[0])
         identities.append(run_identity(state))
         _check_same_run(path, identities[-1], paths[0], identities[0])
+        inside = [seen[Path(source.get("path", ""))] for source in state.get("averaged_from") or []
+                  if isinstance(source, dict) and Path(source.get("path", "")) in seen]
+        if inside:
+            raise ValueError(f"{path} is an average of {inside[0]}, also given: it would count twice; average the"
+                             " run's checkpoints themselves")
         model = state.pop("model")
         updates = checkpoint_num_updates(state)
         if new_state is None or (updates is not None and (newest is None or updates > newest)):

@@ -14,6 +14,7 @@ old fingerprint of the data, said where it does.
 
 import hashlib
 import os
+from stat import S_ISREG
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
 #: the prefix of fingerprints that read every byte of their data
@@ -23,9 +24,12 @@ _digests: Dict[Tuple[str, int, int], str] = {}
 
 
 def file_digest(path) -> str:
-    """sha256 (hex) of every byte of the file ``path``; cached by (real path, size, mtime_ns)."""
+    """sha256 (hex) of every byte of the file ``path``; cached by (real path, size, mtime_ns).
+    ValueError for what is not a regular file (a pipe would be waited on, not read)."""
     real = os.path.realpath(path)
     stat = os.stat(real)
+    if not S_ISREG(stat.st_mode):
+        raise ValueError(f"{path}: not a regular file (a pipe, a device or a folder): data is read from files")
     key = (real, stat.st_size, stat.st_mtime_ns)
     if key not in _digests:
         digest = hashlib.sha256()
