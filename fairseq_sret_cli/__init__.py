@@ -172,10 +172,16 @@ def out_of_memory_message(exc: BaseException) -> Optional[str]:
 def error_message(exc: BaseException) -> str:
     """One line naming the problem (a ``KeyError``'s bare key gets a word of context; the
     error of a worker process is its own message, not the worker's traceback)."""
+    import errno
+
     if isinstance(exc, KeyError) and len(exc.args) == 1 and not str(exc.args[0]).count(" "):
         text = f"missing entry {exc.args[0]!r}"
     elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.filename}: {exc.strerror}"
+    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a write that names no file
+        text = (f"{'the disk quota is exhausted' if exc.errno == errno.EDQUOT else 'no space left on the device'}"
+                " while writing the outputs (files already there are replaced only by whole new ones); free some"
+                " space, or write elsewhere")
     else:
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]

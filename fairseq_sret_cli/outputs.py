@@ -462,10 +462,12 @@ def exclusive(folder, command: str, remove: bool = False,
             holder = handle.read().strip() or "another process"
             raise Busy(f"{folder} is in use by {holder}: wait for it to finish, or give another output folder"
                        f" ({why})") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{command} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-        handle.flush()
+        try:  # who holds it, for the refusal of a second process (unbuffered: a full disk only loses the name)
+            os.ftruncate(handle.fileno(), 0)
+            os.pwrite(handle.fileno(), f"{command} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
+                      .encode("utf-8"), 0)
+        except OSError:
+            pass
         restore_replaced(folder, locked_by_me=True)  # a run killed while it started over
         try:
             yield path

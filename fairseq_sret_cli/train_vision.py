@@ -393,6 +393,8 @@ def _run(args, parser, training: bool) -> dict:
     except FloatingPointError as exc:
         last = Path(args.output or "") / "checkpoint_last.pt"
         again = f"; resume from {last} (the last finished epoch)" if args.output and last.is_file() else ""
+        if start_over:  # --force: its files are the earlier run's, put back as they were
+            again = f"; the earlier run in {args.output} is kept as it was"
         raise UserError(f"{exc}: training diverged; lower --lr or set --clip-grad{again}") from None
     if args.output:
         outputs.record(*(Path(args.output) / name for name in RUN_FILES if (Path(args.output) / name).exists()))

@@ -348,3 +348,20 @@ def test_a_benchmark_s_table_never_replaces_a_user_s_file_or_an_input_and_says_s
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 2 and ("not made by" in line or "an input" in line), line
     assert (tmp_path / mine).read_text() == "the user's\n"
+
+
+@pytest.mark.reliability("one-line-errors")
+def test_a_full_disk_in_a_write_that_names_no_file_is_still_one_line(tmp_path, monkeypatch):
+    from bad_input_cases import run_here
+
+    assert run_here(tmp_path, "sret-toy-data", "corpus")[0] == 0
+    before = digests(tmp_path / "corpus")
+
+    def full(self, *args, **kwargs):  # Python's own writes raise ENOSPC without the file's name
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    rc, err, _ = run_here(tmp_path, "sret-toy-data", "corpus", "--seed", "3", "--force")
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert rc == 1 and "Traceback" not in err and lines[-1].startswith("sret-toy-data: error: no space left"), err
+    assert digests(tmp_path / "corpus") == before
