@@ -68,9 +68,9 @@ _KWARG_RULES = {
     "img_size": (lambda v: _count(v, 1) or (isinstance(v, (tuple, list)) and len(v) == 2
                                               and all(_count(x, 1) for x in v)),
                  "an integer >= 1 or a pair of them (height, width)"),
-    "drop_rate": (_rate, "a number in [0, 1)"),
-    "attn_drop_rate": (_rate, "a number in [0, 1)"),
-    "drop_path_rate": (_rate, "a number in [0, 1)"),
+    "drop_rate": (_rate, "in [0, 1)"),
+    "attn_drop_rate": (_rate, "in [0, 1)"),
+    "drop_path_rate": (_rate, "in [0, 1)"),
     "mlp_ratio": (_positive, "a finite number > 0"),
     "norm_eps": (_positive, "a finite number > 0"),
 }
