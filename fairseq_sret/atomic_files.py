@@ -41,12 +41,18 @@ FULL = (errno.ENOSPC, errno.EDQUOT)
 
 def disk_full(exc: BaseException, path) -> Optional[OSError]:
     """The error to raise instead of ``exc`` when it is a write that failed for want of space
-    (``ENOSPC``/``EDQUOT``, or torch's serializer failing where the disk is full: it names no
-    errno), naming ``path`` without its temporary suffix; None for any other error."""
+    (``ENOSPC``/``EDQUOT``, a library's error that says so, or torch's serializer failing where
+    the disk is full: it names no errno), naming ``path`` without its temporary suffix; None
+    for any other error."""
     path = Path(path)
     shown = path.with_name(path.name[1:].rsplit(".", 2)[0]) if path.name.endswith(".tmp") else path
+    text = str(exc)
     if isinstance(exc, OSError) and exc.errno in FULL:
         code = exc.errno
+    elif "No space left on device" in text or "os error 28" in text:  # a library's own error (safetensors)
+        code = errno.ENOSPC
+    elif "Disk quota exceeded" in text or "os error 122" in text:
+        code = errno.EDQUOT
     elif isinstance(exc, RuntimeError) and ("inline_container" in str(exc) or "PytorchStreamWriter" in str(exc)):
         try:
             stats = os.statvfs(path.parent)

@@ -49,7 +49,15 @@ def main(argv=None) -> int:
         # written into a hidden folder inside OUT, then moved in file by file: a failure leaves OUT as it was
         staging = out / f".{COMMAND}.{os.getpid()}"
         try:
-            summary = export_checkpoint(args.checkpoint, args.data_bin, staging)
+            try:
+                summary = export_checkpoint(args.checkpoint, args.data_bin, staging)
+            except Exception as exc:  # transformers' and safetensors' own errors on a full disk
+                from fairseq_sret.atomic_files import disk_full
+
+                full = disk_full(exc, out)
+                if full is None:
+                    raise
+                raise full from None
             outputs.check([out / name for name in summary["files"]])
             for name in summary["files"]:
                 outputs.move_in(staging / name, out / name)

@@ -365,3 +365,28 @@ def test_a_full_disk_in_a_write_that_names_no_file_is_still_one_line(tmp_path, m
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert rc == 1 and "Traceback" not in err and lines[-1].startswith("sret-toy-data: error: no space left"), err
     assert digests(tmp_path / "corpus") == before
+
+
+@requires_fairseq
+@pytest.mark.reliability("one-line-errors")
+def test_a_full_disk_in_a_library_s_own_write_is_one_line_naming_the_output(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from bad_input_cases import run_here
+    from test_outputs import checkpoint_and_data_bin
+
+    from fairseq_sret.hf import convert
+
+    checkpoint_and_data_bin(tmp_path)
+    assert run_here(tmp_path, "sret-export-hf", "sret.pt", "--data-bin", "bin", "--out", "hf")[0] == 0
+    before = digests(tmp_path / "hf")
+    export = convert.export_checkpoint
+
+    def full(checkpoint, data_bin, folder):  # safetensors' own error, as a full disk gives it
+        export(checkpoint, data_bin, folder)
+        raise Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(convert, "export_checkpoint", full)
+    rc, err, _ = run_here(tmp_path, "sret-export-hf", "sret.pt", "--data-bin", "bin", "--out", "hf")
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert rc == 1 and "Traceback" not in err and lines[-1].startswith("sret-export-hf: error: hf: no space left"), err
+    assert digests(tmp_path / "hf") == before and not [p for p in (tmp_path / "hf").iterdir() if p.is_dir()]
