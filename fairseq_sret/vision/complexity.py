@@ -7,8 +7,12 @@ and 1.366G (without slice) exactly. Normalisation, activations, softmax, residua
 and biases are not counted.
 
 We count with :class:`torch.utils.flop_counter.FlopCounterMode` (MACs = FLOPs / 2) on a
-single image in eval mode. Sliced attention is counted as run: ``G`` groups of ``L/G``
-tokens cost ``1/G`` of global attention.
+single image in eval mode. Sliced attention is counted as it runs by default: packed into
+``G`` groups of ``L/G`` tokens it costs ``1/G`` of global attention, but a sequence short
+enough for the masked single kernel (``fast_paths(grouped_one_kernel=...)``, e.g. CIFAR's 8x8
+tokens) computes the whole ``L x L`` product and is counted so. ``packed_groups=True`` counts
+every sliced attention as packed groups, the paper's ``1/G`` (Theorem 1), whatever path the
+device would pick.
 """
 
 from typing import Dict, Tuple, Union
@@ -46,13 +50,19 @@ def _input_size(model: nn.Module, img_size) -> Tuple[int, int]:
 
 def count_macs(
     model: nn.Module, img_size: Union[int, Tuple[int, int], None] = None, in_chans: int = 3,
-    by_operator: bool = False,
+    by_operator: bool = False, packed_groups: bool = False,
 ) -> Union[int, Dict[str, int]]:
     """MACs of one forward pass on a single ``in_chans x H x W`` image (eval mode).
 
     ``img_size`` defaults to the resolution the model was built for. With
     ``by_operator=True`` returns ``{operator name: MACs}`` instead of the total.
+    ``packed_groups``: count sliced attention at ``1/G`` (packed groups), not as it runs.
     """
+    if packed_groups:
+        from fairseq_sret.core.config import fast_paths
+
+        with fast_paths(grouped_one_kernel=0):
+            return count_macs(model, img_size, in_chans, by_operator)
     h, w = _input_size(model, img_size)
     param = next(model.parameters())
     x = torch.zeros(1, in_chans, h, w, device=param.device, dtype=param.dtype)

@@ -39,6 +39,20 @@ def test_each_rung_changes_one_thing():
     assert count_params(sret) == count_params(with_lrc) and count_macs(sret) < count_macs(with_lrc)
 
 
+def test_packed_groups_count_sliced_attention_at_one_over_g():
+    """Theorem 1's count: each application with G groups costs 1/G of the two attention
+    products (2 L^2 C MACs) of the unsliced model, whichever kernel runs the short sequences."""
+    sliced, unsliced = create_model("sret_cifar"), create_model("sret_cifar_wo_slice")
+    tokens, widths = (64, 16, 4), sliced.cfg.embed_dims
+    saved = sum(blocks * 2 * tokens[s] ** 2 * widths[s] * (1 - 1 / g)
+                for s, blocks in enumerate(sliced.cfg.blocks) for g in sliced.cfg.groups[s])
+    assert saved > 0
+    assert count_macs(sliced, packed_groups=True) == count_macs(unsliced) - saved
+    assert count_macs(unsliced, packed_groups=True) == count_macs(unsliced)
+    # as run, a sequence short enough for the masked single kernel is counted at its full cost
+    assert count_macs(sliced, packed_groups=True) <= count_macs(sliced) < count_macs(unsliced)
+
+
 def test_the_stride_4_stem_keeps_8x8_tokens_and_the_patch_stem_too():
     for stem in ("conv", "patch"):
         model = create_model("sret_cifar", stem=stem).eval()
