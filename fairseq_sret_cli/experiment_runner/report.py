@@ -184,8 +184,17 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
     write_text_atomically(out["json"], json_text.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     plots = plot(experiment, rows, records, results_dir, env, command)
     out.update(plots)
-    write_text_atomically(out["md"], markdown(experiment, rows, records, command, env, plots))
+    write_text_atomically(out["md"], markdown(experiment, rows, records, command, env, plots) + _kept(earlier))
     return out
+
+
+def _kept(earlier: Sequence[dict]) -> str:
+    """The report's lines on the recorded runs it keeps but does not count (``not_matching``: why)."""
+    kept = [r for r in earlier if r.get("not_matching")]
+    if not kept:
+        return ""
+    return "\n".join(["", "Recorded runs kept in the JSON (`earlier_runs`) but not counted above:", ""]
+                     + [f"- {r.get('row')}/seed{r.get('seed')}: {r['not_matching']}" for r in kept]) + "\n"
 
 
 def done_runs(stored) -> Dict[str, dict]:
