@@ -298,27 +298,16 @@ class Outputs:
         costs the old one; a kill is repaired by the next command that checks or locks the
         folder (:func:`restore_replaced`). A block that ends without ``made()`` counts as made."""
         folder = Path(folder)
-        names = list(names)
-        aside = folder / ASIDE
         restore_replaced(folder, locked_by_me=True)  # a kill's leftovers first
-        present = [name for name in names if _lexists(folder / name)]
         done = [False]
 
         def made() -> None:
             if not done[0]:
                 done[0] = True
-                shutil.rmtree(aside, ignore_errors=True)
+                drop_replaced(folder)
 
-        if not present:
-            yield made
-            return
-        manifest = read_manifest(folder)
-        aside.mkdir(exist_ok=True)
-        (aside / ABOUT).write_text(json_text.dumps({"names": names, "manifest": {
-            name: manifest[name] for name in names if name in manifest}}), encoding="utf-8")
         try:
-            for name in present:
-                os.replace(folder / name, aside / name)
+            set_aside(folder, names)
             yield made
         except BaseException:
             if not done[0]:
@@ -351,6 +340,29 @@ ASIDE = ".sret-replaced"
 ABOUT = ".about.json"  # in ASIDE: the run's file names and their manifest entries
 
 
+def set_aside(folder, names: Iterable[str]) -> List[str]:
+    """Move an earlier run's files and folders ``names`` of ``folder`` into ``folder/ASIDE``
+    (with their manifest entries), for :func:`restore_replaced` to put back or
+    :func:`drop_replaced` to delete once the new run has made its own; returns those moved."""
+    folder, names = Path(folder), list(names)
+    present = [name for name in names if _lexists(folder / name)]
+    if not present:
+        return []
+    aside = folder / ASIDE
+    manifest = read_manifest(folder)
+    aside.mkdir(exist_ok=True)
+    (aside / ABOUT).write_text(json_text.dumps({"names": names, "manifest": {
+        name: manifest[name] for name in names if name in manifest}}), encoding="utf-8")
+    for name in present:
+        os.replace(folder / name, aside / name)
+    return present
+
+
+def drop_replaced(folder) -> None:
+    """The new run has made its files: delete the earlier run's that :func:`set_aside` kept."""
+    shutil.rmtree(Path(folder) / ASIDE, ignore_errors=True)
+
+
 def restore_replaced(folder, locked_by_me: bool = False) -> bool:
     """Put back the old run's files that :meth:`Outputs.starting_over` moved aside in
     ``folder`` when the new run did not make its own (it was killed): the new run's files of
@@ -375,11 +387,13 @@ def restore_replaced(folder, locked_by_me: bool = False) -> bool:
         except (OSError, ValueError):
             about = {"names": [p.name for p in aside.iterdir() if p.name != ABOUT], "manifest": {}}
         names = [name for name in about.get("names", []) if isinstance(name, str) and "/" not in name]
-        for name in names:
+        for name in names:  # what the new run wrote of these names is its own: it goes
+            if (folder / name).is_dir() and not (folder / name).is_symlink():
+                shutil.rmtree(folder / name)
+            elif _lexists(folder / name):
+                (folder / name).unlink()
             if _lexists(aside / name):
                 os.replace(aside / name, folder / name)
-            elif _lexists(folder / name) and not (folder / name).is_dir():
-                (folder / name).unlink()  # the new run's, beside no old one of its name
         entries = about.get("manifest") or {}
         now = read_manifest(folder)
         if any(now.get(name) != entries.get(name) for name in names):  # the new run recorded files

@@ -27,7 +27,7 @@ from .experiment_file import Experiment, ExperimentError, Run
 from .run_evaluation import _checkpoint_for, evaluate_curve, evaluate_run, model_facts
 from .run_folder import RunPaths, read_record, run_paths, trained_anything, uptrained_checkpoint, write_record
 from .settings import (SettingsChanged, check_run_folder, collect_records, finished_record, run_config, run_settings,
-                       settings_fingerprint)
+                       settings_fingerprint, settle_start_over)
 from .training import converged_by_log, summarise_training
 from .training_log import parse_training_log, validations_without_improvement
 
@@ -294,6 +294,7 @@ class Scheduler:
         tail = "\n".join(text.splitlines()[-15:])
         log(f"{run.name}: training FAILED (exit {code}); last lines of {paths.train_log}:\n{tail}")
         self._fail(run, paths, record, returncode=code)
+        settle_start_over(paths)  # --force: an earlier run its first checkpoint did not replace is kept
 
     def _stop_trainings(self) -> None:
         """Stop every running training; each resumes from its last checkpoint next time."""
@@ -301,6 +302,7 @@ class Scheduler:
             training.process.terminate()
             _, cpu_seconds = reap(training.process, block=True)
             write_record(training.paths, self._training_ended(training, cpu_seconds))
+            settle_start_over(training.paths)
             self.stopped.append(training.run.name)
         self.running.clear()
 
@@ -312,6 +314,7 @@ class Scheduler:
     def _finish(self, run: Run, paths: RunPaths, record: dict, started: float) -> None:
         """Summarise the run's training and evaluate it; record it as done (and tell
         ``on_run_done``), or as failed when its evaluation fails."""
+        settle_start_over(paths)  # its checkpoints replace an earlier run's (--force)
         record["train"] = summarise_training(self.experiment, paths, record)
         log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
             f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")

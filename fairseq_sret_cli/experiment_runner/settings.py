@@ -3,8 +3,6 @@ the same one) and its training settings (a run folder resumes only with the same
 
 import functools
 import hashlib
-import os
-import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -206,8 +204,10 @@ def check_run_folder(run: Run, paths: RunPaths, settings: List[str], force: bool
                      data: Optional[str] = None) -> Optional[str]:
     """Bind ``run``'s folder to ``settings``: None when it is empty, or trained with these
     settings (it resumes; given the data-bin ``data``, a data fingerprint of the format recorded
-    before is compared as :func:`data_difference_of` does); else what differs. With ``force`` a folder trained otherwise is
-    emptied of what the runner made there (said loudly) and None returned."""
+    before is compared as :func:`data_difference_of` does); else what differs. With ``force`` what the runner made in a folder
+    trained otherwise is set aside (said loudly; :func:`settle_start_over` drops it once the new
+    training has saved a checkpoint, or puts it back) and None returned."""
+    settle_start_over(paths)  # a runner killed after --force set a run aside
     record = read_record(paths)
     if not trained_anything(paths) and not paths.train_log.exists():
         return None
@@ -221,14 +221,27 @@ def check_run_folder(run: Run, paths: RunPaths, settings: List[str], force: bool
            f"{run.name} was trained in {paths.root} with other settings ({settings_difference(recorded, settings)})")
     if not force:
         return why
-    log(f"{why}: --force: training it again from scratch (its checkpoints, log and evaluations are replaced)")
-    for name in RUN_OUTPUTS:
-        target = paths.root / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif os.path.lexists(target):
-            target.unlink()
+    log(f"{why}: --force: training it again from scratch (its checkpoints, log and evaluations are replaced once"
+        " the new training has saved a checkpoint; kept until then)")
+    from ..outputs import set_aside
+
+    set_aside(paths.root, RUN_OUTPUTS)
     return None
+
+
+def settle_start_over(paths: RunPaths) -> None:
+    """A run started again with ``--force`` (:func:`check_run_folder` set the earlier run's files
+    aside): once the new training has saved a checkpoint the earlier run goes; before that (it
+    failed, was stopped or killed) the earlier run is put back as it was."""
+    from ..outputs import ASIDE, drop_replaced, restore_replaced
+
+    if not (paths.root / ASIDE).is_dir():
+        return
+    if (paths.checkpoints / "checkpoint_last.pt").is_file():
+        drop_replaced(paths.root)
+    else:
+        restore_replaced(paths.root, locked_by_me=True)
+        log(f"{paths.root}: the new training saved no checkpoint; the earlier run is kept as it was")
 
 
 def run_settings(experiment: Experiment, run: Run, data: str, output, cpu: bool, max_update, max_epoch,

@@ -390,3 +390,36 @@ def test_a_full_disk_in_a_library_s_own_write_is_one_line_naming_the_output(tmp_
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert rc == 1 and "Traceback" not in err and lines[-1].startswith("sret-export-hf: error: hf: no space left"), err
     assert digests(tmp_path / "hf") == before and not [p for p in (tmp_path / "hf").iterdir() if p.is_dir()]
+
+
+@requires_fairseq
+@pytest.mark.parametrize("new_checkpoint", [False, True], ids=["failed-before-a-checkpoint", "saved-one"])
+@pytest.mark.reliability("one-run-per-output")
+def test_experiments_force_keeps_a_changed_run_until_its_new_training_saves(tmp_path, new_checkpoint):
+    from test_binding import EXPERIMENT, ROW, experiment_of, trained_run
+
+    from fairseq_sret_cli.experiment_runner.run_folder import RUN_OUTPUTS, run_paths
+    from fairseq_sret_cli.experiment_runner.settings import check_run_folder, run_settings, settle_start_over
+
+    root = trained_run(tmp_path)
+    before = digests(root)
+    write(tmp_path, "exp.yaml", EXPERIMENT + ROW.replace("1e-3", "5e-4"))
+    exp = experiment_of(tmp_path)
+    run_ = exp.runs()[0]
+    paths = run_paths(tmp_path / "runs", run_)
+    settings = run_settings(exp, run_, str(tmp_path / "bin"), tmp_path / "runs", False, None, None, None)
+    assert check_run_folder(run_, paths, settings, force=True) is None  # the new training may start
+    assert not any((root / name).exists() for name in RUN_OUTPUTS)
+    write(root, "train.log", "the new training's first lines\n")
+    if new_checkpoint:
+        write(root, "checkpoints/checkpoint_last.pt", "the new training's weights")
+    settle_start_over(paths)  # what the runner does when the training ends, fails or is stopped
+    if new_checkpoint:
+        assert (root / "train.log").read_text() == "the new training's first lines\n"
+        assert not (root / ".sret-replaced").exists()
+    else:
+        assert digests(root) == before and not (root / ".sret-replaced").exists()
+    if not new_checkpoint:  # a runner killed in between: the next check puts the earlier run back first
+        assert check_run_folder(run_, paths, settings, force=True) is None
+        assert "with other settings (--lr 1e-3 -> 5e-4)" in check_run_folder(run_, paths, settings)
+        assert digests(root) == before
