@@ -27,6 +27,7 @@ BENCHMARKS = {name: Benchmark(f"benchmarks.{name}", summary) for name, summary i
     ("bench_fairseq_cli", "the same through fairseq-train and fairseq-generate"),
     ("bench_cpu_bf16", "translation on the CPU in fp32 and --bf16, decoding in int8 with --int8"),
     ("bench_deploy", "a trained translation model deployed on the CPU, beside CTranslate2"),
+    ("bench_ct2_sret", "SReT unrolled into CTranslate2 against fairseq: sizes, fidelity, decoding speed"),
     ("bench_hf", "the transformers export against fairseq-generate: hypotheses, BLEU, speed"),
     ("bench_depth", "depth on demand: decoding speed and BLEU at every depth"),
     ("bench_uptrain", "uptraining against training from scratch, on the toy task"),

@@ -33,6 +33,7 @@ SHARED = {
     "bench_fairseq_cli": {"--smoke", "--json"},
     "bench_cpu_bf16": {"--smoke", "--threads", "--json"},
     "bench_deploy": {"--json"},
+    "bench_ct2_sret": {"--smoke", "--threads", "--json"},
     "bench_hf": {"--threads", "--json"},
     "bench_depth": {"--smoke", "--device", "--threads", "--json"},
     "bench_uptrain": {"--smoke", "--json"},

@@ -442,3 +442,16 @@ def test_bench_deploy_smoke(tmp_path):
         # this SReT slices its attention into 2 groups, which CTranslate2 cannot: the row says so
         assert "sret/ctranslate2/fp32: not measured: CTranslate2 cannot run this checkpoint: encoder layer 0," \
             " application 1: sliced group attention with 2 groups" in out
+
+
+@pytest.mark.skipif(not HAVE_FAIRSEQ or importlib.util.find_spec("ctranslate2") is None,
+                    reason="fairseq or ctranslate2 is not installed")
+def test_bench_ct2_sret_smoke():
+    """Both models are converted three ways, scored against fairseq, and every engine decodes."""
+    out = run_script("bench_ct2_sret", timeout=300)
+    for model in ("NLL ratio 0.5", "NLL ratio 0.0"):
+        table = rows(out, model)
+        assert len(table) == 4 + 4, out  # 3 exports and the checkpoint; 4 engines
+        difference = [r for r in table if "| CTranslate2 fp32 |" in r and "e-" in r.split("|")[-2]]
+        assert len(difference) == 1 and float(difference[0].split("|")[-2]) < 1e-3, out
+        assert all(float(r.split("|")[3]) > 0 for r in table if r.rstrip().endswith("x |")), out
