@@ -23,6 +23,7 @@ COMMANDS = {
     "sret-uptrain": "fairseq_sret_cli.uptrain",
     "sret-experiments": "fairseq_sret_cli.experiments",
     "sret-export-hf": "fairseq_sret_cli.export_hf",
+    "sret-export-ct2": "fairseq_sret_cli.export_ct2",
 }
 REPO = Path(__file__).resolve().parents[2]
 
