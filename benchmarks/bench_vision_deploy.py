@@ -12,8 +12,10 @@ first has its LRC folded into the weights (``fold_lrc``) and its conv stem's Bat
 into the convolutions, as it would be prepared for serving. ONNX Runtime runs the file with
 every graph optimisation (``ORT_ENABLE_ALL``: fused LayerNorm, GELU and MatMul+Add where it
 finds them). int8 is ONNX Runtime's dynamic quantisation (``quantize_dynamic``: int8 weights
-per output channel, activations quantised per batch at run time, the MatMuls through its
-integer kernels), after its own pre-processing (shape inference, graph optimisation).
+per output channel, activations quantised per batch at run time), after its own pre-processing
+(shape inference, graph optimisation), of the MatMuls only: its integer convolution
+(``ConvInteger``) is slower than the fp32 one on processors without int8 dot products, where it
+took a quarter of SReT-T's time (see ``--profile``).
 
 Rows: ``MODEL/ENGINE/PRECISION``. Per row and batch size, ``--rounds`` measurements, each the
 median time of ``--iters`` forwards, taken round-robin over the rows (every row measured once
@@ -79,7 +81,8 @@ def quantize_int8(fp32: Path, out: Path) -> Path:
 
     prepared = out.with_suffix(".prep.onnx")
     quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
-    quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True)
+    quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True,
+                     op_types_to_quantize=["MatMul"])
     return out
 
 
