@@ -114,8 +114,10 @@ class Scheduler:
                 self._stop_trainings()
                 raise
         if self.failures:
-            raise RuntimeError(f"{len(self.failures)} runs failed: {', '.join(self.failures)} (the log above and"
-                               " their run.json and train.log say why)")
+            why = ("the log above says why: a run started over with --force has its earlier files back, so"
+                   " its run.json and train.log are the earlier run's" if self.force
+                   else "the log above and their run.json and train.log say why")
+            raise RuntimeError(f"{len(self.failures)} runs failed: {', '.join(self.failures)} ({why})")
         return collect_records(self.experiment, self.output, self.known, self.max_update, self.max_epoch, self.data)
 
     def _pending_runs(self) -> List[Run]:
