@@ -5,7 +5,6 @@ are fairseq's own (we subclass its transformer); only the layers differ
 (:mod:`.layers`).
 """
 
-import copy
 import re
 from argparse import Namespace
 from types import SimpleNamespace
@@ -34,26 +33,18 @@ from .options import SReTOptions, sret_base_architecture
 from .spec import check_model_options, read_side_spec
 from .trained_depth import record_trained_recursions, warn_untrained_depth
 
-def with_side_spec(cfg: TransformerConfig, side: str, spec: SideSpec) -> TransformerConfig:
-    """A copy of fairseq's configuration whose ``side`` part (fairseq's ``EncDecBaseConfig``)
-    carries that side's SReT spec as ``sret``: what fairseq hands its layer hook
-    (``build_encoder_layer(cfg)``, called by its constructor once per layer)."""
-    cfg = copy.copy(cfg)
-    per_side = copy.copy(getattr(cfg, side))
-    per_side.sret = spec
-    object.__setattr__(cfg, side, per_side)
-    return cfg
-
-
 class SReTTransformerEncoder(TransformerEncoderBase):
     """fairseq's encoder (embeddings, positions, final norm) with ``side.layers`` SReT
     layers, each built from ``side.layer``."""
 
     def __init__(self, cfg, side: SideSpec, dictionary, embed_tokens):
-        super().__init__(with_side_spec(cfg, "encoder", side), dictionary, embed_tokens)
+        # read by build_encoder_layer, which fairseq's constructor calls once per layer (a
+        # plain value may be set before nn.Module's own __init__)
+        self.side_spec = side
+        super().__init__(cfg, dictionary, embed_tokens)
 
     def build_encoder_layer(self, cfg):
-        return SReTEncoderLayer(cfg.encoder.sret.layer)
+        return SReTEncoderLayer(self.side_spec.layer)
 
 
 class SReTTransformerDecoder(TransformerDecoderBase):
@@ -61,11 +52,11 @@ class SReTTransformerDecoder(TransformerDecoderBase):
     layers, each built from ``side.layer``."""
 
     def __init__(self, cfg, side: SideSpec, dictionary, embed_tokens, no_encoder_attn=False):
-        super().__init__(with_side_spec(cfg, "decoder", side), dictionary, embed_tokens,
-                         no_encoder_attn=no_encoder_attn)
+        self.side_spec = side  # read by build_decoder_layer (see SReTTransformerEncoder)
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return SReTDecoderLayer(cfg.decoder.sret.layer)
+        return SReTDecoderLayer(self.side_spec.layer)
 
 
 @register_model("sret_transformer")
