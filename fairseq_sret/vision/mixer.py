@@ -23,6 +23,7 @@ from ..core import DropPath, FeedForward, LearnableResidual, RecursionSchedule, 
 from ..core.depth import DepthControl
 from ..core.fold import FoldsLRC
 from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
+from .legacy import check_nll_ratio, translate_mixer
 from .registry import image_cfg, register_model
 
 Size = Union[int, Tuple[int, int]]
@@ -35,13 +36,13 @@ class MixerConfig:
     in_chans: int = 3
     num_classes: int = 1000
     embed_dim: int = field(default=768, metadata={"help": "hidden size C"})
-    depth: int = field(default=12, metadata={"help": "distinct (shared) Mixer layers"})
-    recursions: int = field(default=2, metadata={"help": "applications of each layer"})
+    layers: int = field(default=12, metadata={"help": "unique (shared) Mixer layers"})
+    recursions: int = field(default=2, metadata={"help": "applications each layer is built with"})
     token_mlp_dim: int = field(default=384, metadata={"help": "D_S"})
     channel_mlp_dim: int = field(default=3072, metadata={"help": "D_C"})
     lrc: bool = True
-    nll_ratio: Optional[float] = field(
-        default=None, metadata={"help": "add an NLL of this hidden ratio after each application (paper: none)"}
+    nll_ratio: float = field(
+        default=0.0, metadata={"help": "hidden ratio of an NLL after each application (0: none, the paper's)"}
     )
     norm_eps: float = 1e-6
     drop_rate: float = 0.0
@@ -99,7 +100,7 @@ class RecursiveMixer(ClassifierConventions, DepthControl, nn.Module):
         dtype: Optional[torch.dtype] = None, **kwargs,
     ):
         super().__init__()
-        cfg = replace(cfg or MixerConfig(), **kwargs)
+        cfg = replace(cfg or MixerConfig(), **translate_mixer(kwargs))
         size = (cfg.img_size, cfg.img_size) if isinstance(cfg.img_size, int) else tuple(cfg.img_size)
         if min(size) < cfg.patch_size or size[0] % cfg.patch_size or size[1] % cfg.patch_size:
             raise ValueError(f"img_size {size} must be a positive multiple of patch_size {cfg.patch_size}")
@@ -114,21 +115,20 @@ class RecursiveMixer(ClassifierConventions, DepthControl, nn.Module):
         self.global_pool = cfg.global_pool
         self.num_features = self.head_hidden_size = self.embed_dim = cfg.embed_dim
         self.feature_info = [
-            dict(num_chs=cfg.embed_dim, reduction=cfg.patch_size, module=f"blocks.{i}") for i in range(cfg.depth)
+            dict(num_chs=cfg.embed_dim, reduction=cfg.patch_size, module=f"blocks.{i}") for i in range(cfg.layers)
         ]
-        if cfg.nll_ratio is not None and cfg.nll_ratio <= 0:
-            raise ValueError(f"NLL hidden_ratio must be > 0, got {cfg.nll_ratio} (None: no NLL)")
+        check_nll_ratio(cfg.nll_ratio)
         recursion = RecursionSpec(embed_dim=cfg.embed_dim, schedule=RecursionSchedule.parse(cfg.recursions),
-                                  nll_ratio=cfg.nll_ratio or 0.0, lrc=cfg.lrc, norm_eps=cfg.norm_eps)
+                                  nll_ratio=cfg.nll_ratio, lrc=cfg.lrc, norm_eps=cfg.norm_eps)
         with build_on(device):
             self.stem = nn.Conv2d(cfg.in_chans, cfg.embed_dim, cfg.patch_size, stride=cfg.patch_size)
             self.blocks = nn.ModuleList(
                 recursion.apply(MixerLayer(
                     cfg.embed_dim, seq_len, cfg.token_mlp_dim, cfg.channel_mlp_dim, lrc=cfg.lrc,
                     norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate,
-                    drop_path=cfg.drop_path_rate * i / max(cfg.depth - 1, 1),
+                    drop_path=cfg.drop_path_rate * i / max(cfg.layers - 1, 1),
                 ))
-                for i in range(cfg.depth)
+                for i in range(cfg.layers)
             )
             self.norm = nn.LayerNorm(cfg.embed_dim, eps=cfg.norm_eps)
             self.head = nn.Linear(cfg.embed_dim, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()

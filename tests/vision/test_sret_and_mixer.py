@@ -272,14 +272,14 @@ def test_mixer_b16_parameter_counts():
     assert count_params(base) == 59_880_472  # Mixer-B/16 (Tolstikhin et al.)
     assert count_params(rec) == 59_880_472 + 12 * 4  # + LRC: 4 scalars per shared layer
     layer = rec.blocks[0].layer
-    assert rec.cfg.depth == 12 and rec.blocks[0].recursions == 2 and rec.blocks[0].nlls is None
+    assert rec.cfg.layers == 12 and rec.blocks[0].recursions == 2 and rec.blocks[0].nlls is None
     assert layer.token_mlp.fc1.out_features == 384 and layer.channel_mlp.fc1.out_features == 3072
     assert layer.token_mlp.fc1.in_features == 196
 
 
 def test_recursive_mixer_applies_each_layer_twice():
     torch.manual_seed(0)
-    model = RecursiveMixer(img_size=32, patch_size=8, embed_dim=24, depth=2, token_mlp_dim=8,
+    model = RecursiveMixer(img_size=32, patch_size=8, embed_dim=24, layers=2, token_mlp_dim=8,
                            channel_mlp_dim=48, num_classes=5).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -311,14 +311,14 @@ def test_a_model_of_nonsense_sizes_is_refused_at_build(kwargs, message):
         small_sret(**kwargs)
     mixer = {"num_classes": "num_classes must be >= 0"}.get(next(iter(kwargs)), "must be a positive multiple")
     with pytest.raises(ValueError, match=mixer):
-        RecursiveMixer(img_size=kwargs.get("img_size", 32), patch_size=16, embed_dim=8, depth=1, token_mlp_dim=8,
+        RecursiveMixer(img_size=kwargs.get("img_size", 32), patch_size=16, embed_dim=8, layers=1, token_mlp_dim=8,
                        channel_mlp_dim=8, num_classes=kwargs.get("num_classes", 2))
     small_sret(num_classes=0)  # timm's convention: no classifier
 
 
 # --------------------------------------------------------------------------- timm's model API
 def small_mixer(**kw):
-    cfg = dict(img_size=32, patch_size=8, embed_dim=24, depth=3, token_mlp_dim=8, channel_mlp_dim=48, num_classes=5)
+    cfg = dict(img_size=32, patch_size=8, embed_dim=24, layers=3, token_mlp_dim=8, channel_mlp_dim=48, num_classes=5)
     cfg.update(kw)
     return RecursiveMixer(**cfg)
 

@@ -218,7 +218,7 @@ def test_timm_reparameterize_model_folds_the_lrc_and_the_stem(name):
     torch.manual_seed(0)
     mixer = "mixer" in name
     size = 32 if mixer else 64
-    kwargs = dict(embed_dim=32, depth=2, token_mlp_dim=16, channel_mlp_dim=64) if mixer else {}
+    kwargs = dict(embed_dim=32, layers=2, token_mlp_dim=16, channel_mlp_dim=64) if mixer else {}
     model = timm.create_model(name, img_size=size, num_classes=10, **kwargs)
     randomize_lrc(model, seed=1)  # coefficients away from 1, some negative
     g = torch.Generator().manual_seed(1)
