@@ -100,41 +100,46 @@ class RecursionSpec:
 @dataclass(frozen=True)
 class SReTLayerSpec:
     """One side's unique layer: a shared :class:`SReTBlock` (self-attention [+
-    cross-attention] + FFN, LRC on every residual, paper Eq. 1, 7-8) applied
-    ``len(schedule)`` times, an NLL of hidden ratio ``nll_ratio`` after every application
-    (Eq. 6; 0: none).
+    cross-attention] + FFN, LRC on every residual, paper Eq. 1, 7-8) applied as
+    ``recursion`` says: ``len(schedule)`` times, an NLL of hidden ratio ``nll_ratio`` after
+    every application (Eq. 6; 0: none).
 
-    ``activation_dropout`` is the FFN's inner dropout; ``drop_path``: the block's stochastic
-    depth rate (vision); ``norm_eps``: its LayerNorms'; ``checkpoint``: recompute each
-    application in the backward pass (memory grows with unique layers, not depth).
-    ``qkv_bias``: bias of the attention's q/k/v projections (the output projections always
-    have one); ``normalize_stream_before_ffn``: the stream itself is normalised between
-    attention and FFN, the FFN's skip being the normalised stream (the Compact Convolutional
-    Transformer, :class:`SReTBlock`). CCT's layer: ``qkv_bias=False,
-    normalize_stream_before_ffn=True``.
+    ``recursion`` holds the values the block shares with its NLLs (width, schedule, LRC,
+    activation, dropouts, LayerNorm epsilon, checkpointing), each once; the spec reads them
+    through properties of the same names (``spec.embed_dim``, ``spec.dropout``, ...).
+
+    ``drop_path``: the block's stochastic depth rate (vision); ``qkv_bias``: bias of the
+    attention's q/k/v projections (the output projections always have one);
+    ``normalize_stream_before_ffn``: the stream itself is normalised between attention and
+    FFN, the FFN's skip being the normalised stream (the Compact Convolutional Transformer,
+    :class:`SReTBlock`). CCT's layer: ``qkv_bias=False, normalize_stream_before_ffn=True``.
+    ``attention``: the name of the attention layer, as registered with
+    :func:`~fairseq_sret.core.attention.register_attention_layer`.
     """
 
-    embed_dim: int
+    recursion: RecursionSpec
     num_heads: int
     ffn_dim: int
-    schedule: RecursionSchedule
     causal: bool = False
     cross_attention: bool = False
     normalize_before: bool = True
-    lrc: bool = True
-    nll_ratio: float = 1.0
-    activation: str = "relu"
-    dropout: float = 0.0
     attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
     drop_path: float = 0.0
-    norm_eps: float = 1e-5
-    checkpoint: bool = False
     qkv_bias: bool = True
     normalize_stream_before_ffn: bool = False
 
     def __post_init__(self):
         check_spec_fields(self)
+
+    embed_dim = property(lambda self: self.recursion.embed_dim, doc="The block's width C.")
+    schedule = property(lambda self: self.recursion.schedule, doc="What each application does.")
+    lrc = property(lambda self: self.recursion.lrc, doc="LRC on every residual.")
+    nll_ratio = property(lambda self: self.recursion.nll_ratio, doc="The NLL's hidden ratio (0: none).")
+    activation = property(lambda self: self.recursion.activation, doc="The FFN's and NLL's activation.")
+    dropout = property(lambda self: self.recursion.dropout, doc="Dropout of every branch.")
+    activation_dropout = property(lambda self: self.recursion.activation_dropout, doc="The FFN's inner dropout.")
+    norm_eps = property(lambda self: self.recursion.norm_eps, doc="The LayerNorms' epsilon.")
+    checkpoint = property(lambda self: self.recursion.checkpoint, doc="Recompute each application in backward.")
 
     def build(self) -> Recursive:
         """A freshly initialised layer: (B, T, C) -> (B, T, C)."""
@@ -158,15 +163,6 @@ class SReTLayerSpec:
             normalize_stream_before_ffn=self.normalize_stream_before_ffn,
         )
         return self.recursion.apply(block)
-
-    @property
-    def recursion(self) -> RecursionSpec:
-        """How the block is applied (its NLLs use the block's activation and dropouts)."""
-        return RecursionSpec(
-            embed_dim=self.embed_dim, schedule=self.schedule, nll_ratio=self.nll_ratio, lrc=self.lrc,
-            activation=self.activation, dropout=self.dropout, activation_dropout=self.activation_dropout,
-            norm_eps=self.norm_eps, checkpoint=self.checkpoint,
-        )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ import typing
 
 from transformers import PretrainedConfig
 
-from ..core import EncoderDecoderSpec, RecursionSchedule, SideSpec, SReTLayerSpec, check_depth, get_activation
+from ..core import (
+    EncoderDecoderSpec, RecursionSchedule, RecursionSpec, SideSpec, SReTLayerSpec, check_depth, get_activation,
+)
 
 SIDES = ("encoder", "decoder")
 
@@ -123,7 +125,7 @@ class SReTConfig(PretrainedConfig):
                 f" decoder_vocab_size={self.decoder_vocab_size}"
             )
         get_activation(self.activation_fn)
-        for side in SIDES:  # the rest, in the core's words (SReTLayerSpec.dropout, ...)
+        for side in SIDES:  # the rest, in the core's words (RecursionSpec.dropout, ...)
             read_side_spec(self, side)
 
 
@@ -170,11 +172,15 @@ def read_side_spec(config: SReTConfig, side: str) -> SideSpec:
         partition=getattr(config, f"{side}_partition"), causal=side == "decoder", names=names,
         depth=getattr(config, f"{side}_depth"),
     )
+    recursion = RecursionSpec(
+        embed_dim=getattr(config, f"{side}_embed_dim"), schedule=schedule, lrc=config.lrc,
+        nll_ratio=config.nll_ratio, activation=config.activation_fn, dropout=config.dropout,
+        activation_dropout=config.activation_dropout,
+    )
     layer = SReTLayerSpec(
-        embed_dim=getattr(config, f"{side}_embed_dim"), num_heads=getattr(config, f"{side}_attention_heads"),
-        ffn_dim=getattr(config, f"{side}_ffn_embed_dim"), schedule=schedule, causal=side == "decoder",
+        recursion=recursion, num_heads=getattr(config, f"{side}_attention_heads"),
+        ffn_dim=getattr(config, f"{side}_ffn_embed_dim"), causal=side == "decoder",
         cross_attention=side == "decoder", normalize_before=getattr(config, f"{side}_normalize_before"),
-        lrc=config.lrc, nll_ratio=config.nll_ratio, activation=config.activation_fn, dropout=config.dropout,
-        attention_dropout=config.attention_dropout, activation_dropout=config.activation_dropout,
+        attention_dropout=config.attention_dropout,
     )
     return SideSpec(layer=layer, layers=getattr(config, f"{side}_layers"))

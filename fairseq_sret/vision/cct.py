@@ -25,7 +25,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core import RecursionSchedule, SReTLayerSpec
+from ..core import RecursionSchedule, RecursionSpec, SReTLayerSpec
 from ..core.depth import DepthControl
 from .conventions import GLOBAL_POOLS, ClassifierConventions, build_on, feature_take_indices, pool_features
 from .registry import image_cfg, register_model
@@ -215,11 +215,13 @@ class CCT(ClassifierConventions, DepthControl, nn.Module):
             dict(num_chs=dims[i + 1], reduction=step ** (i + 1), module=f"tokenizer.{i}")
             for i in range(cfg.conv_layers)
         ] + [dict(num_chs=cfg.embed_dim, reduction=cfg.stride, module=f"blocks.{i}") for i in range(cfg.layers)]
+        recursion = RecursionSpec(
+            embed_dim=cfg.embed_dim, schedule=schedule, lrc=cfg.lrc, nll_ratio=cfg.nll_ratio if cfg.nll else 0.0,
+            activation="gelu", dropout=cfg.drop_rate, activation_dropout=cfg.drop_rate, norm_eps=cfg.norm_eps,
+        )
         layer = SReTLayerSpec(
-            embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, ffn_dim=int(cfg.embed_dim * cfg.mlp_ratio),
-            schedule=schedule, lrc=cfg.lrc, nll_ratio=cfg.nll_ratio if cfg.nll else 0.0, activation="gelu",
-            dropout=cfg.drop_rate, attention_dropout=cfg.attn_drop_rate, activation_dropout=cfg.drop_rate,
-            norm_eps=cfg.norm_eps, qkv_bias=False, normalize_stream_before_ffn=True,
+            recursion=recursion, num_heads=cfg.num_heads, ffn_dim=int(cfg.embed_dim * cfg.mlp_ratio),
+            attention_dropout=cfg.attn_drop_rate, qkv_bias=False, normalize_stream_before_ffn=True,
         )
         with build_on(device):
             self.tokenizer = nn.Sequential(*[

@@ -19,7 +19,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core import RecursionSchedule, SReTLayerSpec
+from ..core import RecursionSchedule, RecursionSpec, SReTLayerSpec
 from ..core.depth import DepthControl
 from ..core.linear import no_forward_hooks
 from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
@@ -259,10 +259,12 @@ class RecursiveStage(nn.Module):
         super().__init__()
         if nll and nll_ratio <= 0:
             raise ValueError(f"NLL hidden_ratio must be > 0, got {nll_ratio}")
+        recursion = RecursionSpec(
+            embed_dim=dim, schedule=schedule, lrc=lrc, nll_ratio=nll_ratio if nll else 0.0, activation="gelu",
+            dropout=drop_rate, activation_dropout=drop_rate, norm_eps=norm_eps,
+        )
         layer = SReTLayerSpec(
-            embed_dim=dim, num_heads=num_heads, ffn_dim=int(dim * mlp_ratio), schedule=schedule, lrc=lrc,
-            nll_ratio=nll_ratio if nll else 0.0, activation="gelu", dropout=drop_rate, attention_dropout=attn_drop_rate,
-            activation_dropout=drop_rate, norm_eps=norm_eps,
+            recursion=recursion, num_heads=num_heads, ffn_dim=int(dim * mlp_ratio), attention_dropout=attn_drop_rate,
         )
         self.blocks = nn.ModuleList(replace(layer, drop_path=drop_paths[b]).build() for b in range(num_blocks))
 

@@ -11,11 +11,12 @@ import pytest
 from fairseq_sret.core import EncoderDecoderSpec, RecursionSchedule, RecursionSpec, SideSpec, SReTLayerSpec
 
 SCHEDULE = RecursionSchedule.parse(2)
-LAYER = SReTLayerSpec(embed_dim=8, num_heads=2, ffn_dim=16, schedule=SCHEDULE)
+RECURSION = RecursionSpec(embed_dim=8, schedule=SCHEDULE)
+LAYER = SReTLayerSpec(recursion=RECURSION, num_heads=2, ffn_dim=16)
 SIDE = SideSpec(layer=LAYER, layers=1)
 VALID = {
     RecursionSpec: dict(embed_dim=8, schedule=SCHEDULE),
-    SReTLayerSpec: dict(embed_dim=8, num_heads=2, ffn_dim=16, schedule=SCHEDULE),
+    SReTLayerSpec: dict(recursion=RECURSION, num_heads=2, ffn_dim=16),
     SideSpec: dict(layer=LAYER, layers=1),
     EncoderDecoderSpec: dict(encoder=SIDE, decoder=SIDE),
 }
@@ -49,12 +50,28 @@ def test_every_spec_field_refuses_a_value_of_the_wrong_type_or_range(cls, name, 
 def test_the_valid_specs_build_and_rates_take_their_whole_range():
     for cls, values in VALID.items():
         cls(**values)
-    SReTLayerSpec(**dict(VALID[SReTLayerSpec], dropout=0, drop_path=0.999, nll_ratio=0, norm_eps=1e-12))
-    with pytest.raises(ValueError, match=r"SReTLayerSpec\.dropout must be a number in \[0, 1\), got 1"):
-        SReTLayerSpec(**dict(VALID[SReTLayerSpec], dropout=1))
+    recursion = RecursionSpec(**dict(VALID[RecursionSpec], dropout=0, nll_ratio=0, norm_eps=1e-12))
+    SReTLayerSpec(**dict(VALID[SReTLayerSpec], recursion=recursion, drop_path=0.999))
+    with pytest.raises(ValueError, match=r"RecursionSpec\.dropout must be a number in \[0, 1\), got 1"):
+        RecursionSpec(**dict(VALID[RecursionSpec], dropout=1))
+    with pytest.raises(ValueError, match=r"SReTLayerSpec\.attention_dropout must be a number in \[0, 1\), got 1"):
+        SReTLayerSpec(**dict(VALID[SReTLayerSpec], attention_dropout=1))
     with pytest.raises(ValueError, match="num_heads=3 must divide embed_dim=8"):
         SReTLayerSpec(**dict(VALID[SReTLayerSpec], num_heads=3))
-    assert math.isclose(SReTLayerSpec(**dict(VALID[SReTLayerSpec], nll_ratio=0.5)).recursion.nll_ratio, 0.5)
+
+
+def test_the_layer_reads_each_shared_value_from_its_recursion():
+    """The values the block shares with its NLLs live once, in the layer's RecursionSpec."""
+    recursion = RecursionSpec(**dict(VALID[RecursionSpec], nll_ratio=0.5, dropout=0.1, activation="relu"))
+    layer = SReTLayerSpec(**dict(VALID[SReTLayerSpec], recursion=recursion))
+    assert layer.recursion is recursion
+    for name in ("embed_dim", "schedule", "lrc", "nll_ratio", "activation", "dropout", "activation_dropout",
+                 "norm_eps", "checkpoint"):
+        assert getattr(layer, name) == getattr(recursion, name), name
+    assert math.isclose(layer.nll_ratio, 0.5) and layer.activation == "relu"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layer.dropout = 0.2
+    assert {f.name for f in dataclasses.fields(SReTLayerSpec)}.isdisjoint(f.name for f in dataclasses.fields(RecursionSpec))
 
 
 vision = pytest.importorskip("fairseq_sret.vision")

@@ -13,7 +13,7 @@ built with (the spec's ``recursions``, as in the transformers configuration).
 
 import math
 
-from ...core import EncoderDecoderSpec, RecursionSchedule, SideSpec, SReTLayerSpec, get_activation
+from ...core import EncoderDecoderSpec, RecursionSchedule, RecursionSpec, SideSpec, SReTLayerSpec, get_activation
 
 SIDES = ("encoder", "decoder")
 
@@ -36,21 +36,24 @@ def read_side_spec(args, side: str) -> SideSpec:
     _check_side_options(args, side)
     # fairseq's older name of the activation dropout counts when --activation-dropout is 0
     activation_dropout = args.activation_dropout or getattr(args, "relu_dropout", None) or 0.0
-    layer = SReTLayerSpec(
+    recursion = RecursionSpec(
         embed_dim=getattr(args, f"{side}_embed_dim"),
-        num_heads=getattr(args, f"{side}_attention_heads"),
-        ffn_dim=getattr(args, f"{side}_ffn_embed_dim"),
         schedule=schedule,
-        causal=side == "decoder",
-        cross_attention=side == "decoder" and not getattr(args, "no_cross_attention", False),
-        normalize_before=(not args.post_ln) and getattr(args, f"{side}_normalize_before"),
         lrc=not args.no_lrc,
         nll_ratio=args.nll_ratio,
         activation=args.activation_fn,
         dropout=args.dropout,
-        attention_dropout=args.attention_dropout,
         activation_dropout=activation_dropout,
         checkpoint=args.checkpoint_recursions,
+    )
+    layer = SReTLayerSpec(
+        recursion=recursion,
+        num_heads=getattr(args, f"{side}_attention_heads"),
+        ffn_dim=getattr(args, f"{side}_ffn_embed_dim"),
+        causal=side == "decoder",
+        cross_attention=side == "decoder" and not getattr(args, "no_cross_attention", False),
+        normalize_before=(not args.post_ln) and getattr(args, f"{side}_normalize_before"),
+        attention_dropout=args.attention_dropout,
     )
     return SideSpec(layer=layer, layers=getattr(args, f"{side}_layers"))
 
