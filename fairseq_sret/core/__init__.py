@@ -22,12 +22,13 @@
   operation, a Triton kernel on CUDA.
 - :class:`BlockCache` / :class:`AttentionCache` / :class:`KeyValues` (:mod:`.cache`): the
   incremental-decoding state, per recursion of each shared layer, that fairseq's incremental
-  state and transformers' ``Cache`` both hold.
+  state and transformers' ``Cache`` both hold; :func:`block_caches`: its layout (one
+  self-attention cache per recursion, one shared cross-attention cache).
 - :func:`fast_paths` (:mod:`.config`): the run-time switches of the fast paths.
 """
 
 from .attention import SlicedGroupAttention
-from .cache import AttentionCache, BlockCache, KeyValues
+from .cache import AttentionCache, BlockCache, KeyValues, block_caches
 from .block import SReTBlock
 from .config import fast_paths
 from .depth import DepthControl, at_depth, set_depth
@@ -68,6 +69,7 @@ __all__ = [
     "SideSpec",
     "SlicedGroupAttention",
     "at_depth",
+    "block_caches",
     "check_depth",
     "check_mixed_depth",
     "compile_shared_layers",

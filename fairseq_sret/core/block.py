@@ -5,7 +5,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 from torch import Tensor, nn
 
 from .attention import SlicedGroupAttention
-from .cache import AttentionCache, BlockCache
+from .cache import AttentionCache, BlockCache, block_caches
 from .drop_path import DropPath
 from .feedforward import FeedForward
 from .fold import FoldsLRC
@@ -97,13 +97,10 @@ class SReTBlock(FoldsLRC, nn.Module):
         return RecursionSchedule.parse(recursions, groups=attn.groups, partition=attn.partition, causal=attn.causal)
 
     def new_caches(self, applications: int) -> List[BlockCache]:
-        """Empty incremental caches for ``applications`` applications of this block: each its
-        own self-attention cache, and one cross-attention cache shared by all of them. The
-        encoder output's keys and values are the same in every application (the same
-        weights project the same memory), so the first application computes them and the
-        others read them."""
-        cross = AttentionCache() if self.cross_attn is not None else None
-        return [BlockCache(cross_attn=cross) for _ in range(applications)]
+        """Empty incremental caches for ``applications`` applications of this block
+        (:func:`~fairseq_sret.core.cache.block_caches`: one self-attention cache each, one
+        cross-attention cache shared by all)."""
+        return block_caches(applications, cross_attention=self.cross_attn is not None)
 
     def lrc_sublayers(self):
         """(LayerNorm, residual, last linear of the branch) per residual sub-layer, in order

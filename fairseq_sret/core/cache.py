@@ -11,11 +11,11 @@
 - :class:`BlockCache`: one application of a shared block: its own self-attention cache and
   the cross-attention cache that every application of the block shares (the same weights
   project the same encoder output). A :class:`~fairseq_sret.core.Recursive` layer holds one
-  per recursion (``new_caches``).
+  per recursion (``new_caches``), laid out by :func:`block_caches`, the one place that says so.
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -97,3 +97,26 @@ class BlockCache:
 
     def attention_caches(self) -> Tuple[AttentionCache, ...]:
         return (self.self_attn,) if self.cross_attn is None else (self.self_attn, self.cross_attn)
+
+
+def block_caches(
+    applications: int, cross_attention: bool, self_key_values: Optional[Sequence[Any]] = None,
+    cross_key_values: Any = None,
+) -> List[BlockCache]:
+    """The caches of ``applications`` applications of one shared block: each its own
+    self-attention cache, and (``cross_attention``) one cross-attention cache shared by all of
+    them. The encoder output's keys and values are the same in every application (the same
+    weights project the same memory), so the first application computes them and the others
+    read them.
+
+    ``self_key_values`` (one per application) and ``cross_key_values``: the key/value stores to
+    hold them (transformers cache layers); None: new :class:`KeyValues`.
+    """
+    if self_key_values is None:
+        self_key_values = [KeyValues() for _ in range(applications)]
+    elif len(self_key_values) != applications:
+        raise ValueError(f"self_key_values holds {len(self_key_values)} stores for {applications} applications")
+    cross = None
+    if cross_attention:
+        cross = AttentionCache(KeyValues() if cross_key_values is None else cross_key_values)
+    return [BlockCache(AttentionCache(key_values), cross) for key_values in self_key_values]

@@ -5,11 +5,13 @@ import torch
 from torch import nn
 
 from fairseq_sret.core import (
+    KeyValues,
     LearnableResidual,
     NonLinearProjection,
     Recursive,
     SReTBlock,
     SlicedGroupAttention,
+    block_caches,
 )
 
 C = 16
@@ -150,3 +152,17 @@ def test_activation_checkpointing_gives_same_gradients():
     ckpt(x).sum().backward()
     for g, p in zip(grads, ckpt.parameters()):
         assert torch.allclose(g, p.grad, atol=1e-6)
+
+
+def test_block_caches_one_self_attention_cache_per_application_one_shared_cross_cache():
+    decoder_block = SReTBlock(8, 2, 16, causal=True, cross_attention=True)
+    caches = decoder_block.new_caches(3)
+    assert len(caches) == 3 and len({id(c.self_attn) for c in caches}) == 3
+    assert len({id(c.cross_attn) for c in caches}) == 1 and caches[0].cross_attn is not None
+    assert all(c.cross_attn is None for c in SReTBlock(8, 2, 16).new_caches(2))
+    stores = [KeyValues(), KeyValues()]
+    shared = KeyValues()
+    given = block_caches(2, cross_attention=True, self_key_values=stores, cross_key_values=shared)
+    assert [c.self_attn.key_values for c in given] == stores and given[1].cross_attn.key_values is shared
+    with pytest.raises(ValueError, match="holds 1 stores for 2 applications"):
+        block_caches(2, cross_attention=False, self_key_values=stores[:1])
