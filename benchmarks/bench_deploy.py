@@ -1,10 +1,11 @@
 """Deploying a trained translation model on the CPU: BLEU and sentences/s of SReT's paths
 (fairseq's beam search in fp32, bf16 and int8) beside a fairseq transformer in fairseq and
-in CTranslate2 (fp32 and int8), on one test set, one thread and more (docs/benchmarks/deploy.md).
+in CTranslate2 (fp32 and int8), on one test set, one thread and more (docs/benchmarks/translation.md, "Deployment on the CPU").
 
     pip install ctranslate2        # the CTranslate2 rows; the int8 rows need the int8 extra
     python -m benchmarks.bench_deploy --data-bin DATA_BIN --sret SRET.pt --transformer TRANSFORMER.pt \\
-        [--subsets test test1] [--threads 1 2] [--batch-size 64] [--beam 5] [--rows ...] [--limit N]
+        [--subsets test test1] [--threads 1 2] [--batch-size 64] [--beam 5] [--rows ...] [--limit N] \\
+        [--repeats 3]
 
 Every row translates the whole subset (or its first ``--limit`` sentences) with beam
 ``--beam``, at most 200 tokens, batches of ``--batch-size`` sentences that each engine forms
@@ -14,12 +15,20 @@ references ``text/<subset>.raw.<tgt>`` of the data-bin, after SentencePiece's pi
 joined as fairseq's ``--post-process sentencepiece`` does. Speed, of the translation alone
 (model loading and conversion excluded): sentences per wall-clock second, which counts more
 than one thread (run it on an otherwise idle machine), and per second of the process's CPU
-time, which a busy neighbour changes little with one thread.
+time, which a busy neighbour changes little with one thread. With ``--repeats N`` every row
+translates each subset N times in its process: the speed is the median of the N, with their
+range; BLEU and the hypotheses are the first pass's.
+
+Parity: every ``ctranslate2`` row of a model is compared with the ``fairseq`` fp32 row of the
+same model at the same depth (measured in the same command, the same thread count if it ran
+with it): how many of its hypotheses are identical, and the BLEU difference.
 
 Rows (``--rows``; default all that can run here):
 - ``sret/fairseq/fp32|bf16|int8``: the SReT checkpoint through fairseq's SequenceGenerator,
   prepared as fairseq-generate prepares it; ``bf16`` is fairseq-generate's ``--bf16`` on the
   CPU, ``int8`` its ``--model-overrides "{'int8_in_generation': True}"``.
+  ``sret/fairseq-depth1/fp32``: the same at depth 1 (``--model-overrides
+  "{'encoder_recursions': 1, 'decoder_recursions': 1}"``).
 - ``sret/pipeline/fp32|int8``: the SReT checkpoint exported (``sret-export-hf``'s function) and
   run by transformers' ``pipeline("sret-translation")`` on the raw source text, batches of
   ``--batch-size`` in its length order; ``int8`` loads the export with
@@ -36,6 +45,7 @@ Rows (``--rows``; default all that can run here):
 
 import functools
 import multiprocessing
+import statistics
 import sys
 import tempfile
 import time
@@ -51,7 +61,7 @@ from fairseq_sret import json_text
 ROWS = ("sret/fairseq/fp32", "sret/fairseq/bf16", "sret/fairseq/int8", "sret/pipeline/fp32", "sret/pipeline/int8",
         "sret/pipeline-given-order/fp32", "transformer/fairseq/fp32", "transformer/ctranslate2/fp32",
         "transformer/ctranslate2/int8", "sret/ctranslate2/fp32", "sret/ctranslate2/int8",
-        "sret/ctranslate2-depth1/fp32", "sret/ctranslate2-depth1/int8")
+        "sret/ctranslate2-depth1/fp32", "sret/ctranslate2-depth1/int8", "sret/fairseq-depth1/fp32")
 
 #: our precision names -> CTranslate2's compute types
 CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}
@@ -71,6 +81,8 @@ def build_parser():
     p.add_argument("--beam", type=positive_int, default=5)
     p.add_argument("--lenpen", type=finite_float, default=1.0)
     p.add_argument("--limit", type=positive_int, help="translate only the first N sentences of each subset")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="translate each subset this many times per row: speed is their median (default 1)")
     return p
 
 
@@ -121,7 +133,7 @@ def join_pieces(pieces: str) -> str:
 class FairseqEngine:
     """A checkpoint through fairseq's SequenceGenerator, prepared as fairseq-generate does."""
 
-    def __init__(self, checkpoint, data_bin, precision, beam, lenpen):
+    def __init__(self, checkpoint, data_bin, precision, beam, lenpen, depth=None):
         import fairseq_sret.models  # noqa: F401  (registers sret_transformer)
         from fairseq import checkpoint_utils
         from fairseq.sequence_generator import SequenceGenerator
@@ -131,6 +143,8 @@ class FairseqEngine:
         overrides = {"data": str(data_bin)}
         if precision == "int8":
             overrides["int8_in_generation"] = True
+        if depth is not None:
+            overrides.update(encoder_recursions=depth, decoder_recursions=depth)
         models, _, self.task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides)
         self.model = models[0]
         prepare_as_generate(self.model, beam, bf16=precision == "bf16")
@@ -252,20 +266,55 @@ def run_row(row, args, threads):
     elif engine.startswith("pipeline"):
         translator = PipelineEngine(checkpoint, args.data_bin, precision, given_order=engine.endswith("given-order"))
     else:
-        translator = FairseqEngine(checkpoint, args.data_bin, precision, args.beam, args.lenpen)
+        translator = FairseqEngine(checkpoint, args.data_bin, precision, args.beam, args.lenpen,
+                                   depth=1 if engine.endswith("depth1") else None)
     from fairseq_sret_cli.evaluation.bleu import sacrebleu_detok
 
     results = []
     for subset in args.subsets:
-        hyps, seconds = translator.translate(subset, args.batch_size, args.limit)
+        passes = [translator.translate(subset, args.batch_size, args.limit) for _ in range(args.repeats)]
+        hyps = passes[0][0]
         bleu = sacrebleu_detok(hyps, subset_lines(args.data_bin, subset, "raw", "target_lang", args.limit))
-        wall, cpu = seconds
+        per_s = sorted(len(hyps) / wall for _, (wall, _) in passes)
+        per_cpu_s = sorted(len(hyps) / cpu for _, (_, cpu) in passes)
         results.append({"row": row, "threads": threads, "subset": subset, "sentences": len(hyps),
-                        "bleu": round(bleu.score, 2), "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
-                        "sentences_per_s": round(len(hyps) / wall, 2),
-                        "sentences_per_cpu_s": round(len(hyps) / cpu, 2)})
+                        "bleu": round(bleu.score, 4), "repeats": args.repeats,
+                        "seconds": [round(wall, 2) for _, (wall, _) in passes],
+                        "cpu_seconds": [round(cpu, 2) for _, (_, cpu) in passes],
+                        "sentences_per_s": round(statistics.median(per_s), 2),
+                        "sentences_per_s_range": [round(per_s[0], 2), round(per_s[-1], 2)],
+                        "sentences_per_cpu_s": round(statistics.median(per_cpu_s), 2),
+                        "sentences_per_cpu_s_range": [round(per_cpu_s[0], 2), round(per_cpu_s[-1], 2)],
+                        "same_in_every_pass": all(other == hyps for other, _ in passes[1:])})
         print(json_text.dumps(results[-1]), flush=True)
+        results[-1]["hypotheses"] = hyps  # for the parity columns, not printed
     return results
+
+
+def fairseq_reference(row: str) -> str:
+    """The fairseq fp32 row a CTranslate2 row is compared with: same model, same depth."""
+    model, engine, _ = row.split("/")
+    return f"{model}/fairseq{'-depth1' if engine.endswith('depth1') else ''}/fp32"
+
+
+def add_parity(results) -> None:
+    """Give every CTranslate2 result ``same_as_fairseq`` (identical hypotheses, of how many) and
+    ``bleu_minus_fairseq`` against its :func:`fairseq_reference` row, if that row ran."""
+    for result in results:
+        if "ctranslate2" not in result["row"]:
+            continue
+        references = [r for r in results if r["row"] == fairseq_reference(result["row"])
+                      and r["subset"] == result["subset"]]
+        references.sort(key=lambda r: r["threads"] != result["threads"])  # the same thread count first
+        if references:
+            reference = references[0]
+            result["same_as_fairseq"] = sum(a == b for a, b in zip(result["hypotheses"], reference["hypotheses"]))
+            result["bleu_minus_fairseq"] = round(result["bleu"] - reference["bleu"], 4)
+
+
+def speed(result, key) -> str:
+    low, high = result[key + "_range"]
+    return f"{result[key]} ({low}-{high})" if result["repeats"] > 1 else str(result[key])
 
 
 def main(argv=None):
@@ -288,10 +337,16 @@ def main(argv=None):
                     print(f"{row}: not measured on this processor: {refused}", flush=True)
                 except CT2ExportError as refused:  # sret-export-ct2 refuses it too
                     print(f"{row}: not measured: CTranslate2 cannot run this checkpoint: {refused}", flush=True)
-    print_table(f"beam {args.beam}, batches of {args.batch_size}", ["model / engine / precision", "threads", "subset",
-                "sentences", "sacreBLEU", "sentences/s", "sentences per CPU second"],
-                [[r["row"], r["threads"], r["subset"], r["sentences"], r["bleu"], r["sentences_per_s"],
-                  r["sentences_per_cpu_s"]] for r in results])
+    add_parity(results)
+    repeats = f", median (range) of {args.repeats} passes" if args.repeats > 1 else ""
+    print_table(f"beam {args.beam}, batches of {args.batch_size}{repeats}",
+                ["model / engine / precision", "threads", "subset", "sentences", "sacreBLEU", "sentences/s",
+                 "sentences per CPU second", "identical to fairseq fp32", "BLEU - fairseq fp32"],
+                [[r["row"], r["threads"], r["subset"], r["sentences"], f"{r['bleu']:.2f}", speed(r, "sentences_per_s"),
+                  speed(r, "sentences_per_cpu_s"), r.get("same_as_fairseq", ""),
+                  f"{r['bleu_minus_fairseq']:+.2f}" if "bleu_minus_fairseq" in r else ""] for r in results])
+    for result in results:
+        del result["hypotheses"]
     finish_benchmark(args, rows=results)
     return 0
 

@@ -431,14 +431,18 @@ def test_bench_deploy_smoke(tmp_path):
     out = run_script("bench_deploy", "--data-bin", str(data_bin), "--sret", str(tmp_path / "sret" / "checkpoint_last.pt"),
                      "--transformer", str(tmp_path / "transformer" / "checkpoint_last.pt"), "--limit", "8",
                      "--rows", "sret/fairseq/fp32", "sret/fairseq/int8", "transformer/fairseq/fp32",
-                     *(["transformer/ctranslate2/fp32", "sret/ctranslate2/fp32"] if ct2 else []), smoke=False,
-                     timeout=600)
-    results = {r["row"]: r for r in map(json.loads, (line for line in out.splitlines() if line.startswith("{")))}
+                     *(["transformer/ctranslate2/fp32", "sret/ctranslate2/fp32"] if ct2 else []), "--repeats", "2",
+                     "--json", str(tmp_path / "deploy.json"), smoke=False, timeout=600)
+    results = {r["row"]: r for r in json.loads((tmp_path / "deploy.json").read_text())["rows"]}
     assert set(results) == {"sret/fairseq/fp32", "sret/fairseq/int8", "transformer/fairseq/fp32"} | (
         {"transformer/ctranslate2/fp32"} if ct2 else set())
-    assert all(r["sentences"] == 8 and r["sentences_per_s"] > 0 for r in results.values())
+    assert all(r["sentences"] == 8 and r["sentences_per_s"] > 0 and len(r["cpu_seconds"]) == 2
+               and r["sentences_per_cpu_s_range"][0] <= r["sentences_per_cpu_s"] <= r["sentences_per_cpu_s_range"][1]
+               for r in results.values())
     if ct2:
-        assert results["transformer/ctranslate2/fp32"]["bleu"] == results["transformer/fairseq/fp32"]["bleu"]
+        converted = results["transformer/ctranslate2/fp32"]
+        assert converted["bleu"] == results["transformer/fairseq/fp32"]["bleu"]
+        assert converted["same_as_fairseq"] == 8 and converted["bleu_minus_fairseq"] == 0
         # this SReT slices its attention into 2 groups, which CTranslate2 cannot: the row says so
         assert "sret/ctranslate2/fp32: not measured: CTranslate2 cannot run this checkpoint: encoder layer 0," \
             " application 1: sliced group attention with 2 groups" in out
