@@ -26,6 +26,10 @@ RandAugment, Mixup/CutMix, random erasing and repeated augmentation are not incl
 Pre-computed teacher logits (``--teacher-logits``) are the teacher's output on the
 un-augmented (centre-cropped) image, an approximation of the paper's on-line teacher,
 which sees the same augmented crop as the student (``--teacher``).
+
+The training loop is the vision trainer's (:mod:`fairseq_sret_cli.vision_trainer`); this
+command is its ImageFolder recipe's front end
+(:mod:`~fairseq_sret_cli.vision_trainer.folder_recipe`).
 """
 
 import argparse
@@ -43,9 +47,12 @@ from fairseq_sret.core.mixed_depth import check_mixed_depth, parse_mixed_depth
 from fairseq_sret.checkpoints import load_checkpoint as load_checkpoint_file
 from fairseq_sret.vision import create_model, load_checkpoint
 from .image_folder import EvalTransform, ImageFolder, TrainTransform
-from .vision_training import TrainConfig, autocast_settings, evaluate, train
+from .vision_trainer.evaluation import evaluate
+from .vision_trainer.folder_recipe import TrainConfig, train
+from .vision_trainer.objectives import autocast_settings
+from .vision_trainer.run_folders import FOLDER_RUN_FILES, check_run_folder
 from . import HelpFormatter, UsageError, UserError, at_least, in_range, seed, user_errors
-from .outputs import OutputInTheWay, Outputs, exclusive
+from .outputs import Outputs, exclusive
 from fairseq_sret import json_text
 
 
@@ -144,7 +151,7 @@ def dump_logits(model, dataset, path, batch_size, workers, device, amp, outputs:
 
 
 #: what a training run writes in --output
-RUN_FILES = ("checkpoint_best.pt", "checkpoint_last.pt", "log.jsonl")
+RUN_FILES = FOLDER_RUN_FILES
 
 
 def resolve_device(name: str) -> torch.device:
@@ -184,42 +191,6 @@ def check_options(args, parser) -> bool:
     if args.teacher_checkpoint and not args.teacher:
         parser.error("--teacher-checkpoint holds the weights of --teacher: give --teacher too")
     return training
-
-
-def check_run_folder(args, outputs: Outputs) -> bool:
-    """A folder that holds a run is continued only with ``--resume OUTPUT/checkpoint_last.pt``
-    (else its trained model would be replaced by an untrained one and its log get a second
-    history) or started over with ``--force``. Returns whether the run starts over: its old log
-    is removed only when the new run starts training (:func:`run`), so a start that fails
-    leaves the old run as it was."""
-    out = Path(args.output)
-    outputs.check([], folders=[out])
-    present = [name for name in RUN_FILES if (out / name).exists()]
-    last = out / "checkpoint_last.pt"
-    continuing = bool(args.resume) and last.exists() and os.path.exists(args.resume) and os.path.samefile(args.resume, last)
-    refuse_inputs_in_run(args, outputs, continuing)
-    if present and not continuing:
-        if not args.force:
-            raise OutputInTheWay(
-                f"{out} holds a run ({', '.join(present)}): continue it with --resume {last}, give another --output,"
-                f" or pass --force to start over (replaces {', '.join(present)}; nothing else is touched)")
-        return True
-    return False
-
-
-def refuse_inputs_in_run(args, outputs: Outputs, continuing: bool) -> None:
-    """A run file that is one of the inputs (``--finetune``, ``--teacher-checkpoint``, ... through
-    any link) is never replaced, not even with ``--force``; only the ``checkpoint_last.pt`` that
-    ``--resume`` continues is."""
-    out = Path(args.output)
-    taken = [(out / name, source) for name in RUN_FILES for source in [outputs.input_at(out / name)]
-             if source is not None and not (continuing and name == "checkpoint_last.pt"
-                                            and os.path.samefile(source, args.resume))]
-    if taken:
-        path, source = taken[0]
-        named = "" if os.path.abspath(source) == os.path.abspath(path) else f" ({source})"
-        raise UsageError(f"{path}: an input of this command{named}, which the run in {out} would replace;"
-                         " give another --output, or copy the file out of it first")
 
 
 def load_weights(model, path, model_name: str, strict: bool = True, classes=None, state=None) -> None:

@@ -173,7 +173,7 @@ def vision_run(folder: Path, epochs_done: int = 1) -> None:
 
     from fairseq_sret.vision import create_model
     from fairseq_sret.vision.weights import save_checkpoint
-    from fairseq_sret_cli.vision_training import param_groups
+    from fairseq_sret_cli.vision_trainer.schedules import param_groups
 
     images(folder)
     (folder / "out").mkdir()

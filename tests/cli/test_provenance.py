@@ -235,16 +235,16 @@ def test_a_run_killed_between_its_training_and_its_test_resumes_to_its_test(imag
 def test_a_condition_that_changes_the_result_is_recorded_or_refused(images, tmp_path, monkeypatch, capsys):
     # a run resumed with another --threads records both counts
     out = tmp_path / "threads"
-    train_epoch = train_cifar.CifarRun._train_epoch
+    batches = train_cifar.CifarRun.batches
 
     def killed_in_the_second_epoch(self, epoch):
         if epoch == 1:
             raise KeyboardInterrupt
-        return train_epoch(self, epoch)
+        return batches(self, epoch)
 
-    monkeypatch.setattr(train_cifar.CifarRun, "_train_epoch", killed_in_the_second_epoch)
+    monkeypatch.setattr(train_cifar.CifarRun, "batches", killed_in_the_second_epoch)
     assert train_cifar.main(cifar_args(images, out, threads=1)) == 130
-    monkeypatch.setattr(train_cifar.CifarRun, "_train_epoch", train_epoch)
+    monkeypatch.setattr(train_cifar.CifarRun, "batches", batches)
     assert train_cifar.main(cifar_args(images, out, threads=2, resume=True)) == 0
     assert json.loads((out / "result.json").read_text())["threads"] == "1 + 2"
     assert "resumed with 2 threads, its last epoch trained with 1" in capsys.readouterr().err

@@ -14,6 +14,7 @@ Image = pytest.importorskip("PIL.Image")
 from fairseq_sret.vision import count_params, create_model  # noqa: E402
 from fairseq_sret_cli import UsageError  # noqa: E402
 from fairseq_sret_cli import train_cifar  # noqa: E402
+from fairseq_sret_cli.vision_trainer import cifar_recipe  # noqa: E402
 from fairseq_sret_cli.image_tensors import load_split  # noqa: E402
 from fairseq_sret_cli.outputs import OutputInTheWay, Outputs  # noqa: E402
 
@@ -122,12 +123,12 @@ def test_a_run_resumed_on_another_processor_names_both(image_folder, tmp_path, m
             raise KeyboardInterrupt
         return write_text(self, path, text, own)
 
-    monkeypatch.setattr(train_cifar, "cpu_model", lambda: "Processor A")
+    monkeypatch.setattr(cifar_recipe, "cpu_model", lambda: "Processor A")
     monkeypatch.setattr(Outputs, "write_text", killed_after_the_first_checkpoint)
     with pytest.raises(KeyboardInterrupt):
         train_cifar.run(args(image_folder, out))
     monkeypatch.setattr(Outputs, "write_text", write_text)
-    monkeypatch.setattr(train_cifar, "cpu_model", lambda: "Processor B")
+    monkeypatch.setattr(cifar_recipe, "cpu_model", lambda: "Processor B")
     result = train_cifar.run(args(image_folder, out, resume=True))
 
     # the seconds of two machines are not filed under the one that finished the run
@@ -232,7 +233,7 @@ def test_a_run_with_the_cifar10_policy_applies_it_to_every_image_it_trains_on(im
             return transform(img)
         return apply
 
-    monkeypatch.setattr(train_cifar, "auto_augment_transform", counted)
+    monkeypatch.setattr(cifar_recipe, "auto_augment_transform", counted)
     result = train_cifar.run(args(image_folder, tmp_path / "run", aa="cifar10", mixup=0, cutmix=0, reprob=0))
     # every image drawn (2 epochs of 2 updates of 4 images, and the batch that ends an epoch's loop)
     assert len(calls) >= 2 * 2 * 4 and set(calls) == {(3, 32, 32)}

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from fairseq_sret.vision import SoftDistillationLoss, SReT, soft_distillation_loss
 from fairseq_sret_cli import UserError
-from fairseq_sret_cli.vision_training import cosine_lr, param_groups, topk_correct
+from fairseq_sret_cli.vision_trainer.evaluation import topk_correct
+from fairseq_sret_cli.vision_trainer.schedules import cosine_lr, param_groups
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
