@@ -9,7 +9,7 @@ Importing this package registers the models with timm when timm is installed: af
 configs, ``features_only=True``, timm's scripts; docs/vision.md).
 """
 
-from . import cct, mixer, sret  # noqa: F401  (register the models)
+from . import cct, legacy, mixer, sret  # noqa: F401  (register the models)
 from .cct import CCT, CCTConfig
 from .complexity import count_macs, count_params
 from .export import check_onnx, export_onnx
@@ -17,10 +17,17 @@ from .factory import create_model, register_with_timm
 from .losses import SoftDistillationLoss, soft_distillation_loss
 from .mixer import MixerConfig, RecursiveMixer
 from .registry import is_model, list_models, register_model
-from .sret import GLOBAL_GROUPS, SLICED_GROUPS, SReT, SReTConfig, resize_pos_embed
+from .sret import GLOBAL_GROUPS, SLICED_GROUPS, SReT, SReTVisionConfig, resize_pos_embed
 from .weights import checkpoint_filter_fn, convert_official_state_dict, load_checkpoint, save_checkpoint
 
 register_with_timm()
+
+
+def __getattr__(name: str):
+    if name == "SReTConfig":  # the old name: one class name per meaning
+        legacy.deprecated(legacy.SRET_CONFIG_RENAMED, stacklevel=3)
+        return SReTVisionConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CCT",
@@ -30,7 +37,7 @@ __all__ = [
     "RecursiveMixer",
     "SLICED_GROUPS",
     "SReT",
-    "SReTConfig",
+    "SReTVisionConfig",
     "SoftDistillationLoss",
     "check_onnx",
     "checkpoint_filter_fn",

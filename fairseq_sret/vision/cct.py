@@ -28,8 +28,9 @@ from torch import Tensor, nn
 from ..core import RecursionSchedule, RecursionSpec, SReTLayerSpec
 from ..core.depth import DepthControl
 from .conventions import GLOBAL_POOLS, ClassifierConventions, build_on, feature_take_indices, pool_features
-from .registry import image_cfg, register_model
-from .sret import CIFAR10_MEAN, CIFAR10_STD, PARTITION, _add_pos_embed, _pair, _prepare_input, _tokens_to_map
+from .registry import CIFAR10_MEAN, CIFAR10_STD, image_cfg, register_model
+from .sret.layers import _add_pos_embed, _pair, _prepare_input, _tokens_to_map
+from .sret.model import PARTITION
 
 Size = Union[int, Tuple[int, int]]
 
@@ -174,7 +175,7 @@ def _init_weights(module: nn.Module) -> None:
 
 
 # A torch.fx trace records these as calls (they decide on shapes and memory layout), as in
-# sret.py; wrapped here too, where this module's forward looks them up.
+# sret/layers.py; wrapped here too, where this module's forward looks them up.
 torch.fx.wrap("_prepare_input")
 torch.fx.wrap("_add_pos_embed")
 torch.fx.wrap("_tokens_to_map")

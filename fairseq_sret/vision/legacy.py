@@ -16,9 +16,16 @@ from numbers import Real
 NLL_RATIO_OF_NLL_TRUE = 1.0
 
 
-def deprecated(message: str) -> None:
-    """A FutureWarning (shown by default) for an old name, pointing at the model's builder."""
-    warnings.warn(message, FutureWarning, stacklevel=4)
+#: the warning of the old name of :class:`~fairseq_sret.vision.SReTVisionConfig`
+SRET_CONFIG_RENAMED = (
+    "fairseq_sret.vision's SReTConfig is now SReTVisionConfig (fairseq_sret.hf.SReTConfig is the transformers config)"
+)
+
+
+def deprecated(message: str, stacklevel: int = 4) -> None:
+    """A FutureWarning (shown by default) for an old name; ``stacklevel`` 4 points at the code
+    that built the model (the caller of the model's ``__init__``)."""
+    warnings.warn(message, FutureWarning, stacklevel=stacklevel)
 
 
 def translate_nll(kwargs: dict, ratio_in_effect: float) -> dict:

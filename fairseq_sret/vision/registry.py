@@ -16,6 +16,9 @@ _PRETRAINED_CFGS: Dict[str, dict] = {}
 #: official SReT models and of sret-train-vision
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: the same of CIFAR-10's training images, the input normalisation of the CIFAR-scale models
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
 def image_cfg(img_size: int = 224, **fields) -> dict:
