@@ -8,257 +8,38 @@ embeddings, fairseq's position numbering (sinusoidal or learned), the optional e
 LayerNorm, the final LayerNorms of pre-LN stacks and the output projection, tied to the
 embeddings as trained. Teacher-forced logits equal fairseq's.
 
-Incremental decoding goes through transformers' cache API with :class:`SReTCache`.
+Incremental decoding goes through transformers' cache API with
+:class:`~fairseq_sret.hf.cache.SReTCache`. The parts live beside this module: :mod:`.positions`,
+:mod:`.cache`, :mod:`.stacks` (encoder and decoder) and :mod:`.generation` (generate()'s checks
+and fairseq's length limit).
 """
 
-import math
 import os
 import sys
-from numbers import Integral, Real
-from typing import List, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import logging
 
-from ..core import AttentionCache, BlockCache, LearnableResidual
+from ..core import LearnableResidual
 from ..core.depth import DepthControl, recursions_of, set_depth
 from ..core.mixed_depth import untrained_depth_warning
-from .configuration import SIDES, SReTConfig, read_side_spec
+from .cache import SReTCache
+from .configuration import SIDES, SReTConfig
+from .generation import EndAtLengthLimit, check_generation_values
+from .positions import PositionalEmbedding, sinusoidal_table
+from .stacks import SReTDecoder, SReTEncoder
 from .tokenization import VOCAB_FILES_NAMES, check_tokenizer_files
 
 logger = logging.get_logger(__name__)
 
 
-# ---------------------------------------------------------------- positions
-def sinusoidal_table(rows: int, dim: int, padding_idx: int) -> Tensor:
-    """fairseq's sinusoidal positions (tensor2tensor's layout: the sines of all frequencies, then
-    the cosines), one row per position number; the row ``padding_idx`` (the number of padding
-    tokens) is zero. (rows, dim), float32."""
-    half = dim // 2
-    log_step = math.log(10000) / (half - 1)
-    frequencies = torch.exp(torch.arange(half, dtype=torch.float) * -log_step)
-    angles = torch.arange(rows, dtype=torch.float).unsqueeze(1) * frequencies.unsqueeze(0)
-    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1).view(rows, -1)
-    if dim % 2:
-        table = torch.cat([table, torch.zeros(rows, 1)], dim=1)
-    table[padding_idx] = 0
-    return table
-
-
-def position_numbers(padding: Tensor, padding_idx: int) -> Tensor:
-    """fairseq's position numbers: the i-th real token (1-based) of a row is at ``padding_idx + i``,
-    padding at ``padding_idx``, whichever side the padding is on. padding: (B, T) bool -> (B, T) long."""
-    real = (~padding).long()
-    return torch.cumsum(real, dim=1) * real + padding_idx
-
-
-class PositionalEmbedding(nn.Module):
-    """Embeddings of fairseq's position numbers (:func:`position_numbers`), a table of
-    ``max_positions + padding_idx + 1`` rows: learned (``weight``, saved) or sinusoidal
-    (``table``, computed, never saved; grown like fairseq's for longer inputs)."""
-
-    def __init__(self, max_positions: int, dim: int, padding_idx: int, learned: bool):
-        super().__init__()
-        self.dim, self.padding_idx, self.learned = dim, padding_idx, learned
-        rows = max_positions + padding_idx + 1
-        if learned:
-            self.weight = nn.Parameter(torch.empty(rows, dim))
-            nn.init.normal_(self.weight, std=dim**-0.5)
-            with torch.no_grad():
-                self.weight[padding_idx].zero_()
-        else:
-            self.register_buffer("table", sinusoidal_table(rows, dim, padding_idx), persistent=False)
-
-    def forward(self, positions: Tensor) -> Tensor:
-        """positions: (B, T) long -> (B, T, dim)"""
-        if self.learned:
-            return F.embedding(positions, self.weight, self.padding_idx)
-        needed = int(positions.max()) + 1
-        if needed > self.table.size(0):
-            self.table = sinusoidal_table(needed, self.dim, self.padding_idx).to(self.table)
-        return self.table.index_select(0, positions.reshape(-1)).view(*positions.shape, -1)
-
-
-# ---------------------------------------------------------------- cache
-def cache_layer(cache: Cache, index: int):
-    """Layer ``index`` of a transformers :class:`~transformers.cache_utils.Cache`, added as
-    needed: the key/value store of one core :class:`~fairseq_sret.core.AttentionCache` (its
-    ``update``, ``keys`` and ``values`` are the core's :class:`~fairseq_sret.core.KeyValues`'),
-    which the ``Cache`` thereby counts, reorders and crops."""
-    layers = cache.layers
-    if index >= len(layers):
-        if cache.layer_class_to_replicate is None:
-            raise ValueError(
-                f"this {type(cache).__name__} holds {len(layers)} layers, SReT decoding needs layer {index}"
-                " (one self-attention cache per recursion of every shared layer): pass cache=SReTCache()"
-                " (fairseq_sret.hf) or none (generate() makes one)"
-            )
-        while len(layers) <= index:
-            layers.append(cache.layer_class_to_replicate())
-    return layers[index]
-
-
-class SReTCache(EncoderDecoderCache):
-    """transformers' encoder-decoder cache laid out for SReT decoders of ``R`` recursions:
-
-    - self-attention layer ``i * R + r`` holds application ``r`` of shared decoder layer ``i``:
-      one cache per recursion, so the shared module never overwrites its own keys and values;
-    - cross-attention layer ``i`` holds the encoder output's keys and values of shared layer
-      ``i``, computed by its first application and read by all of them (the same weights read
-      the same memory);
-    - beam search reorders only the self-attention caches: the encoder keys and values of the
-      hypotheses of one sentence are equal rows, so a same-size reordering (which keeps every
-      hypothesis with its sentence, as generate()'s beam search does) leaves them alone, as
-      fairseq's encoder-decoder attention and :meth:`fairseq_sret.core.AttentionCache.reorder` do; they
-      are selected only when the batch changes size.
-    """
-
-    def __init__(self):
-        super().__init__(DynamicCache(), DynamicCache())
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self.self_attention_cache.reorder_cache(beam_idx)
-        layers = [layer for layer in self.cross_attention_cache.layers if layer.get_seq_length() > 0]
-        if layers and layers[0].keys.size(0) != beam_idx.numel():
-            self.cross_attention_cache.reorder_cache(beam_idx)
-
-
-# ---------------------------------------------------------------- encoder / decoder
-class _Stack(nn.Module):
-    """What fairseq's encoder and decoder share: token embeddings (scaled by sqrt(C) unless
-    ``no_scale_embedding``), positions, the embedding LayerNorm, dropout and the unique layers."""
-
-    def __init__(self, config: SReTConfig, side: str, embed_tokens: nn.Embedding):
-        super().__init__()
-        dim = getattr(config, f"{side}_embed_dim")
-        self.padding_idx = config.pad_token_id
-        self.embed_tokens = embed_tokens
-        self.embed_scale = 1.0 if config.no_scale_embedding else math.sqrt(dim)
-        self.embed_positions = None
-        if not config.no_token_positional_embeddings:
-            self.embed_positions = PositionalEmbedding(
-                getattr(config, "max_source_positions" if side == "encoder" else "max_target_positions"), dim,
-                self.padding_idx, learned=getattr(config, f"{side}_learned_pos"),
-            )
-        self.layernorm_embedding = nn.LayerNorm(dim) if config.layernorm_embedding else None
-        self.dropout = nn.Dropout(config.dropout)
-        self.layers = read_side_spec(config, side).build()
-
-    def _check_runnable(self) -> None:
-        """One line, not torch's mixed-dtype error from inside a LayerNorm, for weights in a
-        precision the model does not run in on the CPU (``from_pretrained(dir, dtype=torch.float16)``)."""
-        weight = self.embed_tokens.weight
-        if weight.device.type == "cpu" and weight.dtype != torch.float32:
-            raise ValueError(f"this SReT model holds {weight.dtype} weights on the CPU, where it runs in float32:"
-                             " load it without dtype= (or dtype=torch.float32), or move it to a GPU")
-
-    def _finish_embedding(self, x: Tensor, positions: Optional[Tensor]) -> Tensor:
-        if positions is not None:
-            x = x + self.embed_positions(positions)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        return self.dropout(x)
-
-
-class SReTEncoder(_Stack):
-    """The encoder: (B, S) token ids -> (B, S, C). Padding (either side) is where
-    ``attention_mask`` is 0, or where the ids are the padding id."""
-
-    main_input_name = "input_ids"
-
-    def __init__(self, config: SReTConfig, embed_tokens: nn.Embedding):
-        super().__init__(config, "encoder", embed_tokens)
-        self.layer_norm = nn.LayerNorm(config.encoder_embed_dim) if config.encoder_normalize_before else None
-
-    def forward(self, input_ids: Tensor, attention_mask: Optional[Tensor] = None, **kwargs) -> BaseModelOutput:
-        self._check_runnable()
-        padding = input_ids.eq(self.padding_idx) if attention_mask is None else attention_mask.eq(0)
-        positions = None if self.embed_positions is None else position_numbers(padding, self.padding_idx)
-        x = self._finish_embedding(self.embed_scale * self.embed_tokens(input_ids), positions)
-        has_padding = bool(padding.any())
-        if has_padding:  # fairseq zeroes the padded rows before the first layer
-            x = x * (1 - padding.unsqueeze(-1).type_as(x))
-        for layer in self.layers:
-            x = layer(x, key_padding_mask=padding if has_padding else None)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        return BaseModelOutput(last_hidden_state=x)
-
-
-class SReTDecoder(_Stack):
-    """The decoder's features: (B, T) token ids -> (B, T, decoder_output_dim), reading the
-    encoder output (B, S, C) through every application's cross-attention.
-
-    With ``cache`` (an :class:`~transformers.cache_utils.EncoderDecoderCache` laid out as
-    :class:`SReTCache` describes) ``input_ids`` are the new steps after the cached ones, which
-    are taken as unpadded."""
-
-    def __init__(self, config: SReTConfig, embed_tokens: nn.Embedding):
-        super().__init__(config, "decoder", embed_tokens)
-        dim = config.decoder_embed_dim
-        self.recursions = config.decoder_recursions
-        self.layer_norm = None
-        if config.decoder_normalize_before and not config.no_decoder_final_norm:
-            self.layer_norm = nn.LayerNorm(dim)
-        self.project_in_dim = None
-        if embed_tokens.embedding_dim != dim:
-            self.project_in_dim = nn.Linear(embed_tokens.embedding_dim, dim, bias=False)
-        self.project_out_dim = None
-        if config.decoder_output_dim != dim:
-            self.project_out_dim = nn.Linear(dim, config.decoder_output_dim, bias=False)
-
-    def _layer_caches(self, cache: EncoderDecoderCache, index: int) -> List[BlockCache]:
-        """Shared layer ``index``'s core caches over ``cache``'s layers (see :class:`SReTCache`)."""
-        cross = AttentionCache(cache_layer(cache.cross_attention_cache, index))
-        return [
-            BlockCache(AttentionCache(cache_layer(cache.self_attention_cache, index * self.recursions + r)), cross)
-            for r in range(self.recursions)
-        ]
-
-    def forward(
-        self, input_ids: Tensor, encoder_hidden_states: Tensor, encoder_padding_mask: Tensor,
-        cache: Optional[EncoderDecoderCache] = None,
-    ) -> Tensor:
-        self._check_runnable()
-        padding = input_ids.eq(self.padding_idx)
-        has_padding = bool(padding.any())
-        if cache is not None:
-            if not isinstance(cache, EncoderDecoderCache):
-                raise TypeError(f"SReT decoding needs an EncoderDecoderCache (SReTCache), got {type(cache).__name__}")
-            # the steps are unpadded; a padding id here is what greedy search feeds a finished
-            # hypothesis, whose outputs are not read (fairseq drops such rows instead)
-            has_padding = False
-            past = cache.get_seq_length()
-            positions = torch.arange(input_ids.size(1), device=input_ids.device) + self.padding_idx + past + 1
-            positions = positions.unsqueeze(0).expand_as(input_ids)
-        else:
-            positions = position_numbers(padding, self.padding_idx)
-        if self.embed_positions is None:
-            positions = None
-        x = self.embed_scale * self.embed_tokens(input_ids)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        x = self._finish_embedding(x, positions)
-        for index, layer in enumerate(self.layers):
-            x = layer(
-                x, key_padding_mask=padding if has_padding else None, memory=encoder_hidden_states,
-                memory_padding_mask=encoder_padding_mask,
-                caches=None if cache is None else self._layer_caches(cache, index),
-            )
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x
-
-
-# ---------------------------------------------------------------- models
 class SReTPreTrainedModel(PreTrainedModel):
     config_class = SReTConfig
     config: SReTConfig
@@ -525,35 +306,6 @@ class SReTForConditionalGeneration(_DepthOnDemand, SReTPreTrainedModel, Generati
     def prepare_decoder_input_ids_from_labels(self, labels: Tensor) -> Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-
-#: generate()'s integer settings and the least value each takes
-GENERATION_COUNTS = {"num_beams": 1, "num_return_sequences": 1, "max_new_tokens": 1, "max_length": 1,
-                     "min_new_tokens": 0, "min_length": 0, "top_k": 0, "no_repeat_ngram_size": 0,
-                     "encoder_no_repeat_ngram_size": 0, "num_beam_groups": 1}
-#: generate()'s real settings: (least, whether the least is excluded, most or None)
-GENERATION_NUMBERS = {"length_penalty": (-math.inf, True, None), "temperature": (0.0, True, None),
-                      "top_p": (0.0, True, 1.0), "repetition_penalty": (0.0, True, None)}
-
-
-def check_generation_values(kwargs: dict, config) -> None:
-    """One line naming the setting, not an error from inside the search, for a generate() setting
-    (given, or in the generation configuration) of the wrong type or out of range
-    (``num_beams=0``, ``max_new_tokens=2.5``, ``length_penalty=nan``)."""
-    for name, least in GENERATION_COUNTS.items():
-        value = kwargs.get(name, getattr(config, name, None))
-        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < least):
-            raise ValueError(f"generate(): {name} must be an integer >= {least}, got {value!r}")
-    for name, (least, open_least, most) in GENERATION_NUMBERS.items():
-        value = kwargs.get(name, getattr(config, name, None))
-        if value is None:
-            continue
-        if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)
-                or value < least or (open_least and value == least) or (most is not None and value > most)):
-            bounds = f" {'>' if open_least else '>='} {least}" if math.isfinite(least) else ""
-            raise ValueError(f"generate(): {name} must be a finite number{bounds}{f' and <= {most}' if most else ''},"
-                             f" got {value!r}")
-
-
 def shift_tokens_right(labels: Tensor, pad_token_id: int, start_token_id: int) -> Tensor:
     """fairseq's ``prev_output_tokens``: the start token (eos), then the labels without their
     last position; -100 (ignored labels) becomes padding. (B, T) -> (B, T)"""
@@ -561,27 +313,3 @@ def shift_tokens_right(labels: Tensor, pad_token_id: int, start_token_id: int) -
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = start_token_id
     return shifted.masked_fill(shifted.eq(-100), pad_token_id)
-
-
-class EndAtLengthLimit(LogitsProcessor):
-    """fairseq's end of a hypothesis at the length limit: the last token the limit allows
-    (``max_new_tokens``, else ``max_length`` counted with the decoder prompt) can only be ``</s>``,
-    which keeps its log-probability (transformers' ``forced_eos_token_id`` sets it to 0, which
-    changes the scores and the ranking of the hypotheses that reach the limit).
-
-    One instance per ``generate()`` call: the first call sees the prompt and fixes the step."""
-
-    def __init__(self, eos_token_id: int, max_new_tokens: Optional[int], max_length: Optional[int]):
-        self.eos_token_id, self.max_new_tokens, self.max_length = eos_token_id, max_new_tokens, max_length
-        self.last_length: Optional[int] = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.last_length is None:
-            prompt = input_ids.shape[-1]
-            self.last_length = prompt + self.max_new_tokens - 1 if self.max_new_tokens is not None else self.max_length - 1
-        if input_ids.shape[-1] < self.last_length:
-            return scores
-        eos = scores[:, self.eos_token_id].clone()
-        scores = torch.full_like(scores, -math.inf)
-        scores[:, self.eos_token_id] = eos
-        return scores
