@@ -46,8 +46,8 @@ class Objective:
     """
 
     def __init__(self, model: nn.Module, net: Optional[nn.Module] = None, *, smoothing: float = 0.0,
-                 soft_target_loss: Optional[Callable[[Tensor, Tensor], Tensor]] = None, teacher: Optional[nn.Module] = None,
-                 teacher_logits: Optional[Tensor] = None, temperature: float = 1.0,
+                 soft_target_loss: Optional[Callable[[Tensor, Tensor], Tensor]] = None,
+                 teacher: Optional[nn.Module] = None, teacher_logits: Optional[Tensor] = None, temperature: float = 1.0,
                  depth_terms: Sequence[DepthTerm] = (), device: torch.device = torch.device("cpu"),
                  amp: Amp = NO_AMP):
         self.model, self.net = model, model if net is None else net
