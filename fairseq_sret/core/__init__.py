@@ -1,6 +1,8 @@
 """Pure-PyTorch building blocks of the Sliced Recursive Transformer (no fairseq import).
 
-- :class:`SlicedGroupAttention`: the one attention module (NMT and vision).
+- :class:`SlicedGroupAttention`: the default attention layer (NMT and vision);
+  :func:`register_attention_layer` / :func:`attention_layer` (:mod:`.attention`): attention
+  layers by name, what ``SReTLayerSpec(attention=...)`` builds blocks with.
 - :class:`LearnableResidual`: LRC.
 - :class:`NonLinearProjection`: NLL.
 - :class:`SReTBlock`: the shared transformer layer.
@@ -24,13 +26,14 @@
   incremental-decoding state, per recursion of each shared layer, that fairseq's incremental
   state and transformers' ``Cache`` both hold; :func:`block_caches`: its layout (one
   self-attention cache per recursion, one shared cross-attention cache).
-- :func:`fast_paths` (:mod:`.config`): the run-time switches of the fast paths.
+- :func:`fast_paths` / :func:`apply_fast_paths` (:mod:`.config`): the switches of the fast
+  paths, process-wide / for one built model.
 """
 
-from .attention import SlicedGroupAttention
+from .attention import ATTENTION_LAYERS, SlicedGroupAttention, attention_layer, register_attention_layer
 from .cache import AttentionCache, BlockCache, KeyValues, block_caches
 from .block import SReTBlock
-from .config import fast_paths
+from .config import apply_fast_paths, fast_paths
 from .depth import DepthControl, at_depth, set_depth
 from .drop_path import DropPath
 from .feedforward import FeedForward, NonLinearProjection, get_activation
@@ -47,6 +50,7 @@ from .residual import FoldedResidual, LearnableResidual
 from .schedule import RecursionSchedule, RecursionStep, check_depth
 
 __all__ = [
+    "ATTENTION_LAYERS",
     "AttentionCache",
     "BlockCache",
     "DepthControl",
@@ -68,7 +72,9 @@ __all__ = [
     "SReTLayerSpec",
     "SideSpec",
     "SlicedGroupAttention",
+    "apply_fast_paths",
     "at_depth",
+    "attention_layer",
     "block_caches",
     "check_depth",
     "check_mixed_depth",
@@ -82,5 +88,6 @@ __all__ = [
     "mixed_depth_loss",
     "parse_depth_warmup",
     "parse_mixed_depth",
+    "register_attention_layer",
     "set_depth",
 ]

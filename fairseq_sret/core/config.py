@@ -29,13 +29,22 @@ The switches (:class:`FastPaths`):
   its activation) as oneDNN's linear, which adds the bias and applies the activation in the
   matrix product instead of separate passes over the output (:mod:`.linear`).
 
-Unlike timm's, the switches are read when a layer runs, not when it is built: they pick
-between equal computations (no parameters or buffers depend on them), and benchmarks and
-tests compare the paths on one model in one process (``with fast_paths(fused="off"): ...``).
-Reading one module-level value costs nothing next to a kernel launch, and ``torch.compile``
-guards on it like on any global.
+Modules read the switches they use once, when they are built, into their own attributes (as
+timm's layers do): their forward passes read no global. :func:`set_fast_paths` and
+:func:`fast_paths` change the switches process-wide, for modules built later and for every
+module already built (each follows the changes: :func:`follow_fast_paths`), so that
+benchmarks and tests compare the paths on one model in one process (``with
+fast_paths(grouped_one_kernel=0): ...``); :func:`apply_fast_paths` changes one built model's
+modules alone (until the next process-wide change). They pick between equal computations: no
+parameters or buffers depend on them, and ``torch.compile`` guards on the modules' attributes.
+The modules that follow them: :class:`~fairseq_sret.core.attention.SlicedGroupAttention`
+(``grouped_one_kernel``, ``one_query_attention``). ``lrc_one_op``, ``fused`` and
+``onednn_linear`` are read by the functions :func:`~fairseq_sret.core.fused.lrc_add`,
+:func:`~fairseq_sret.core.fused.lrc_add_norm` and :func:`~fairseq_sret.core.linear.linear`,
+which fairseq's own layers call as well, each time they run.
 """
 
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Union
@@ -62,6 +71,8 @@ class FastPaths:
 
 
 _FAST = FastPaths()
+#: the built modules that read switches (``read_fast_paths``), told of every change
+_FOLLOWERS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def get_fast_paths() -> FastPaths:
@@ -69,9 +80,8 @@ def get_fast_paths() -> FastPaths:
     return _FAST
 
 
-def set_fast_paths(**changes) -> FastPaths:
-    """Change the choices process-wide (``set_fast_paths(fused="off")``); returns the previous ones."""
-    global _FAST
+def _changed(paths: FastPaths, changes: dict) -> FastPaths:
+    """``paths`` with ``changes`` (checked: ValueError naming the switch, TypeError for an unknown one)."""
     if "fused" in changes and changes["fused"] not in FUSED_MODES:
         raise ValueError(f"fused must be one of {FUSED_MODES}, got {changes['fused']!r}")
     if "lrc_one_op" in changes and changes["lrc_one_op"] not in (True, False, LRC_ONE_OP_AUTO):
@@ -79,9 +89,39 @@ def set_fast_paths(**changes) -> FastPaths:
     if "one_query_attention" in changes and changes["one_query_attention"] not in ONE_QUERY_MODES:
         raise ValueError(f"one_query_attention must be one of {ONE_QUERY_MODES}, "
                          f"got {changes['one_query_attention']!r}")
-    previous = _FAST
-    _FAST = replace(_FAST, **changes)
+    return replace(paths, **changes)
+
+
+def set_fast_paths(**changes) -> FastPaths:
+    """Change the choices process-wide (``set_fast_paths(fused="off")``), for modules built
+    later and every module already built; returns the previous ones."""
+    global _FAST
+    previous, _FAST = _FAST, _changed(_FAST, changes)
+    for module in list(_FOLLOWERS):
+        module.read_fast_paths(_FAST)
     return previous
+
+
+def follow_fast_paths(module, read_now: bool = True) -> None:
+    """Called by a module that uses switches, when it is built: ``module.read_fast_paths(paths)``
+    reads the current ones now (``read_now``; a copy keeps those of its original) and at every
+    process-wide change. The module is held weakly."""
+    _FOLLOWERS.add(module)
+    if read_now:
+        module.read_fast_paths(_FAST)
+
+
+def apply_fast_paths(model, **changes) -> FastPaths:
+    """Change the switches of one built model: every module of ``model`` (an ``nn.Module``)
+    that reads switches takes the process-wide choices with ``changes``, which are returned
+    (``apply_fast_paths(model, grouped_one_kernel=0)``; ``apply_fast_paths(model)``: back to the
+    process-wide ones). Other models keep theirs."""
+    paths = _changed(_FAST, changes)
+    for module in model.modules():
+        read = getattr(module, "read_fast_paths", None)
+        if callable(read):
+            read(paths)
+    return paths
 
 
 @contextmanager

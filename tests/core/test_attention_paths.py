@@ -16,6 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fairseq_sret.core import AttentionCache, SlicedGroupAttention, config, fast_paths
+from fairseq_sret.core.attention import GROUPED_ATTENTION, one_query_by_matmul
 from fairseq_sret.core import partition as partition_module
 from fairseq_sret.vision import create_model
 
@@ -59,11 +60,11 @@ def test_one_kernel_equals_packed_groups(length, groups, mode, causal, padded):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
-def test_one_kernel_threshold_by_length():
+def test_one_kernel_threshold_by_length(monkeypatch):
     attn = SlicedGroupAttention(C, H, groups=4)
     calls = []
-    original = attn._forward_grouped_masked
-    attn._forward_grouped_masked = lambda *a: calls.append(a) or original(*a)
+    original = GROUPED_ATTENTION["one_kernel"]
+    monkeypatch.setitem(GROUPED_ATTENTION._parts, "one_kernel", lambda *a: calls.append(a) or original(*a))
     x = torch.randn(2, 16, C)
     with fast_paths(grouped_one_kernel=16):
         attn(x)
@@ -160,14 +161,14 @@ def test_one_query_matmul_equals_sdpa_in_incremental_decoding(groups, padded, mo
 
 
 def test_one_query_matmul_only_for_single_query_steps_without_dropout():
-    from fairseq_sret.core.attention import _one_query_by_matmul
-
     one, many = torch.empty(2, H, 1, 8), torch.empty(2, H, 4, 8)
-    assert _one_query_by_matmul(one, 0.0, False)
-    assert not _one_query_by_matmul(many, 0.0, False) and not _one_query_by_matmul(one, 0.1, False)
-    assert not _one_query_by_matmul(one, 0.0, True)
+    assert one_query_by_matmul(one, 0.0, False, True)
+    assert not one_query_by_matmul(many, 0.0, False, True) and not one_query_by_matmul(one, 0.1, False, True)
+    assert not one_query_by_matmul(one, 0.0, True, True) and not one_query_by_matmul(one, 0.0, False, False)
+    attn = SlicedGroupAttention(C, H)
+    assert attn.one_query_matmul
     with fast_paths(one_query_attention="sdpa"):
-        assert not _one_query_by_matmul(one, 0.0, False)
+        assert not attn.one_query_matmul  # a built module follows the process-wide switch
     with pytest.raises(ValueError, match="one_query_attention must be one of"):
         with fast_paths(one_query_attention="auto"):
             pass
