@@ -37,6 +37,14 @@ class SReTBlock(FoldsLRC, nn.Module):
     Sub-modules: ``self_attn``, ``self_attn_norm``, ``self_attn_residual``; with
     ``cross_attention``: ``cross_attn``, ``cross_attn_norm``, ``cross_attn_residual``;
     then ``ffn``, ``ffn_norm``, ``ffn_residual``.
+
+    The layers are injected, as in timm's ``Block``: ``attn_layer`` (the attention class,
+    constructed and called as :mod:`fairseq_sret.core.attention` describes; default
+    :class:`SlicedGroupAttention`), ``mlp_layer`` (``mlp_layer(embed_dim, ffn_dim,
+    activation, activation_dropout)``, called ``ffn(h, recursion=step)``, its last linear
+    ``fc2``; default :class:`FeedForward`) and ``norm_layer`` (``norm_layer(embed_dim,
+    eps=norm_eps)``, a LayerNorm: the fused residual + LayerNorm kernel and LRC folding read
+    its weight, bias and eps; default ``nn.LayerNorm``).
     """
 
     def __init__(
@@ -60,28 +68,32 @@ class SReTBlock(FoldsLRC, nn.Module):
         schedule: Optional[RecursionSchedule] = None,
         out_proj_bias: Optional[bool] = None,
         normalize_stream_before_ffn: bool = False,
+        attn_layer: Callable[..., nn.Module] = SlicedGroupAttention,
+        mlp_layer: Callable[..., nn.Module] = FeedForward,
+        norm_layer: Callable[..., nn.Module] = nn.LayerNorm,
     ):
         super().__init__()
         if normalize_stream_before_ffn and not normalize_before:
             raise ValueError("normalize_stream_before_ffn is an option of pre-LN blocks (normalize_before=True)")
         self.normalize_before = normalize_before
         self.normalize_stream_before_ffn = normalize_stream_before_ffn
-        self.self_attn = SlicedGroupAttention(
-            embed_dim, num_heads, groups, partition, causal=causal, bias=qkv_bias,
-            dropout=attention_dropout, schedule=schedule, out_bias=out_proj_bias,
+        # parameters are created in this order (seeded initialisation depends on it)
+        self.self_attn = attn_layer(
+            embed_dim, num_heads, groups=groups, partition=partition, schedule=schedule, causal=causal,
+            cross_attention=False, bias=qkv_bias, dropout=attention_dropout, out_bias=out_proj_bias,
         )
-        self.self_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.self_attn_norm = norm_layer(embed_dim, eps=norm_eps)
         self.self_attn_residual = LearnableResidual(lrc)
         self.cross_attn = None
         if cross_attention:
-            self.cross_attn = SlicedGroupAttention(
-                embed_dim, num_heads, 1, cross_attention=True, bias=qkv_bias,
-                dropout=attention_dropout, out_bias=out_proj_bias,
+            self.cross_attn = attn_layer(
+                embed_dim, num_heads, groups=1, partition="contiguous", schedule=None, causal=False,
+                cross_attention=True, bias=qkv_bias, dropout=attention_dropout, out_bias=out_proj_bias,
             )
-            self.cross_attn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+            self.cross_attn_norm = norm_layer(embed_dim, eps=norm_eps)
             self.cross_attn_residual = LearnableResidual(lrc)
-        self.ffn = FeedForward(embed_dim, ffn_dim, activation, activation_dropout)
-        self.ffn_norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.ffn = mlp_layer(embed_dim, ffn_dim, activation, activation_dropout)
+        self.ffn_norm = norm_layer(embed_dim, eps=norm_eps)
         self.ffn_residual = LearnableResidual(lrc)
         self.dropout = nn.Dropout(dropout)
         self.drop_path = DropPath(drop_path)

@@ -16,6 +16,7 @@ from numbers import Integral, Real
 
 from torch import nn
 
+from .attention import ATTENTION_LAYERS, DEFAULT_ATTENTION_LAYER, attention_layer
 from .block import SReTBlock
 from .feedforward import ACTIVATIONS, NonLinearProjection
 from .recursion import Recursive
@@ -45,6 +46,9 @@ def _problem(field, value) -> str:
     elif field.name == "activation":
         if not isinstance(value, str) or value not in ACTIVATIONS:
             return f"must be one of {', '.join(ACTIVATIONS)}"
+    elif field.name == "attention":
+        if not isinstance(value, str) or value not in ATTENTION_LAYERS:
+            return f"must be a registered attention layer ({ATTENTION_LAYERS.names()})"
     elif isinstance(field.type, type) and not isinstance(value, field.type):
         return f"must be a {field.type.__name__}"
     return ""
@@ -127,6 +131,7 @@ class SReTLayerSpec:
     drop_path: float = 0.0
     qkv_bias: bool = True
     normalize_stream_before_ffn: bool = False
+    attention: str = DEFAULT_ATTENTION_LAYER
 
     def __post_init__(self):
         check_spec_fields(self)
@@ -161,6 +166,7 @@ class SReTLayerSpec:
             qkv_bias=self.qkv_bias,
             out_proj_bias=True,
             normalize_stream_before_ffn=self.normalize_stream_before_ffn,
+            attn_layer=attention_layer(self.attention),
         )
         return self.recursion.apply(block)
 
