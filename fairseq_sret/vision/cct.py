@@ -12,7 +12,7 @@ and a linear classifier. The layer normalises its stream between attention and M
 
 It is an :class:`~fairseq_sret.core.SReTBlock` with ``normalize_stream_before_ffn=True``
 and no q/k/v bias, applied by a :class:`~fairseq_sret.core.Recursive`, so the same model
-class is the plain CCT (``recursions=1, nll=False, lrc=False``) and the recursive one (each
+class is the plain CCT (``recursions=1, nll_ratio=0, lrc=False``) and the recursive one (each
 unique layer applied ``recursions`` times, an NLL after each application, LRC on every
 residual: the settings and names of :class:`~fairseq_sret.vision.SReT`).
 """
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from ..core import RecursionSchedule, RecursionSpec, SReTLayerSpec
 from ..core.depth import DepthControl
 from .conventions import GLOBAL_POOLS, ClassifierConventions, build_on, feature_take_indices, pool_features
+from .legacy import check_nll_ratio, translate_nll
 from .registry import CIFAR10_MEAN, CIFAR10_STD, image_cfg, register_model
 from .sret.layers import _add_pos_embed, _pair, _prepare_input, _tokens_to_map
 from .sret.model import PARTITION
@@ -53,8 +54,10 @@ class CCTConfig:
         default=None, metadata={"help": "token partition per recursion (see core.partition); None: SReT's,"
                                         " contiguous in the first application, random in the others"},
     )
-    nll: bool = field(default=False, metadata={"help": "a non-shared NLL after every application (SReT Eq. 6)"})
-    nll_ratio: float = field(default=1.0, metadata={"help": "NLL hidden width / embed_dim"})
+    nll_ratio: float = field(
+        default=0.0, metadata={"help": "hidden width / embed_dim of a non-shared NLL after every application"
+                                       " (SReT Eq. 6); 0: none, the published CCT"},
+    )
     lrc: bool = field(default=False, metadata={"help": "learnable residual coefficients (SReT's LRC)"})
     conv_layers: int = field(default=2, metadata={"help": "convolution blocks of the tokenizer (the N of CCT-L/KxN)"})
     kernel_size: int = field(
@@ -94,7 +97,8 @@ class CCTConfig:
 
     def validate(self) -> None:
         self.schedule()
-        for name in ("nll", "lrc", "dynamic_img_size"):
+        check_nll_ratio(self.nll_ratio)
+        for name in ("lrc", "dynamic_img_size"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("embed_dim", "num_heads", "layers", "conv_layers", "kernel_size", "tokenizer_dim", "in_chans"):
@@ -105,8 +109,8 @@ class CCTConfig:
             raise ValueError(f"kernel_size must be odd (a convolution that keeps the size), got {self.kernel_size}")
         if self.embed_dim % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} must divide embed_dim={self.embed_dim}")
-        if self.mlp_ratio <= 0 or (self.nll and self.nll_ratio <= 0):
-            raise ValueError(f"mlp_ratio and nll_ratio must be > 0, got {self.mlp_ratio}, {self.nll_ratio}")
+        if self.mlp_ratio <= 0:
+            raise ValueError(f"mlp_ratio must be > 0, got {self.mlp_ratio}")
         for size in _pair(self.img_size):
             if size < self.stride or size % self.stride:
                 raise ValueError(f"img_size {self.img_size} must be a positive multiple of {self.stride}")
@@ -197,7 +201,8 @@ class CCT(ClassifierConventions, DepthControl, nn.Module):
         dtype: Optional[torch.dtype] = None, **kwargs,
     ):
         super().__init__()
-        cfg = replace(cfg or CCTConfig(), **kwargs)
+        base = cfg or CCTConfig()
+        cfg = replace(base, **translate_nll(kwargs, base.nll_ratio))
         cfg = replace(
             cfg, img_size=_pair(cfg.img_size), groups=_one_stage(_tuple(cfg.groups)),
             partition=None if cfg.partition is None else _tuple(cfg.partition),
@@ -217,7 +222,7 @@ class CCT(ClassifierConventions, DepthControl, nn.Module):
             for i in range(cfg.conv_layers)
         ] + [dict(num_chs=cfg.embed_dim, reduction=cfg.stride, module=f"blocks.{i}") for i in range(cfg.layers)]
         recursion = RecursionSpec(
-            embed_dim=cfg.embed_dim, schedule=schedule, lrc=cfg.lrc, nll_ratio=cfg.nll_ratio if cfg.nll else 0.0,
+            embed_dim=cfg.embed_dim, schedule=schedule, lrc=cfg.lrc, nll_ratio=cfg.nll_ratio,
             activation="gelu", dropout=cfg.drop_rate, activation_dropout=cfg.drop_rate, norm_eps=cfg.norm_eps,
         )
         layer = SReTLayerSpec(
@@ -412,5 +417,5 @@ def cct_4_3x2_32(**kwargs) -> CCT:
 def sret_cct_2_3x2_32(**kwargs) -> CCT:
     """Recursive CCT-2/3x2: CCT-2's two unique layers each applied twice (the applications of
     CCT-4), an NLL after every application and LRC on every residual, as SReT's layers;
-    ``nll=False, lrc=False``: plain recursion, ``recursions=1`` with both off: CCT-2."""
-    return _cct(dict(_CCT_3X2, layers=2, recursions=2, nll=True, lrc=True), **kwargs)
+    ``nll_ratio=0, lrc=False``: plain recursion, ``recursions=1`` with both off: CCT-2."""
+    return _cct(dict(_CCT_3X2, layers=2, recursions=2, nll_ratio=1.0, lrc=True), **kwargs)

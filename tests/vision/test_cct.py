@@ -148,7 +148,7 @@ def test_sequence_pooling_is_an_attention_pooling_over_tokens():
 # --------------------------------------------------------------------------- recursion
 def test_one_recursion_without_nll_and_lrc_is_the_plain_cct():
     plain = create_model("cct_2_3x2_32").eval()
-    recursive = create_model("sret_cct_2_3x2_32", recursions=1, nll=False, lrc=False).eval()
+    recursive = create_model("sret_cct_2_3x2_32", recursions=1, nll_ratio=0, lrc=False).eval()
     assert set(recursive.state_dict()) == set(plain.state_dict())
     recursive.load_state_dict(plain.state_dict())
     with torch.no_grad():
@@ -175,7 +175,7 @@ def test_set_depth_one_runs_the_first_application_and_its_nll():
 
 
 def test_plain_recursion_has_no_nll_and_no_lrc():
-    model = create_model("sret_cct_2_3x2_32", nll=False, lrc=False)
+    model = create_model("sret_cct_2_3x2_32", nll_ratio=0, lrc=False)
     assert all(layer.nlls is None and layer.recursions == 2 for layer in model.blocks)
     assert not any(name.endswith(("skip_scale", "branch_scale")) for name, _ in model.named_parameters())
     assert count_params(model) == count_params(create_model("cct_2_3x2_32"))
@@ -232,7 +232,7 @@ def test_pruned_to_the_tokenizer_the_model_ends_there():
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(img_size=30), dict(global_pool="token"), dict(num_heads=3), dict(nll="yes"), dict(groups=(1, 1, 1)),
+    dict(img_size=30), dict(global_pool="token"), dict(num_heads=3), dict(nll="yes"), dict(nll_ratio=-1.0), dict(groups=(1, 1, 1)),
     dict(recursions=2, groups=((4, 1), (2, 1))), dict(kernel_size=4),
 ])
 def test_bad_settings_are_refused(kwargs):
@@ -251,8 +251,8 @@ def test_bad_input_is_refused():
 def test_registered_as_vision_and_timm_models():
     assert set(CCT_MODELS) <= set(list_models("*cct*"))
     timm = pytest.importorskip("timm")
-    model = timm.create_model("sret_cct_2_3x2_32", nll=False, lrc=False)
-    assert isinstance(model, CCT) and not model.cfg.nll and model.pretrained_cfg["first_conv"] == "tokenizer.0.conv"
+    model = timm.create_model("sret_cct_2_3x2_32", nll_ratio=0, lrc=False)
+    assert isinstance(model, CCT) and model.cfg.nll_ratio == 0 and model.pretrained_cfg["first_conv"] == "tokenizer.0.conv"
     backbone = timm.create_model("cct_2_3x2_32", features_only=True)
     assert [f.shape[1] for f in backbone(images(1))] == [WIDTH] * 3
 

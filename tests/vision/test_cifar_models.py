@@ -7,7 +7,7 @@ from fairseq_sret.vision import count_macs, count_params, create_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-PLAIN_ONCE = dict(recursions=1, nll=False, lrc=False, groups=((1,), (1,), (1,)), partition=("contiguous",))
+PLAIN_ONCE = dict(recursions=1, nll_ratio=0, lrc=False, groups=((1,), (1,), (1,)), partition=("contiguous",))
 
 
 def test_the_baseline_is_sret_with_one_recursion_and_the_extras_off():
@@ -24,7 +24,7 @@ def test_the_baseline_is_sret_with_one_recursion_and_the_extras_off():
 def test_each_rung_changes_one_thing():
     baseline = create_model("sret_cifar_baseline")
     deep = create_model("sret_cifar_baseline_deep")
-    recursion = create_model("sret_cifar_wo_slice", nll=False, lrc=False)
+    recursion = create_model("sret_cifar_wo_slice", nll_ratio=0, lrc=False)
     with_nll = create_model("sret_cifar_wo_slice", lrc=False)
     with_lrc = create_model("sret_cifar_wo_slice")
     sret = create_model("sret_cifar")
@@ -77,7 +77,7 @@ def test_stem_options_are_checked():
 
 def test_without_nll_the_applications_follow_each_other():
     torch.manual_seed(0)
-    model = create_model("sret_cifar_wo_slice", nll=False, lrc=False, drop_path_rate=0.0).eval()
+    model = create_model("sret_cifar_wo_slice", nll_ratio=0, lrc=False, drop_path_rate=0.0).eval()
     block = model.stages[0].blocks[0]
     assert block.nlls is None and block.recursions == 2
     tokens = torch.randn(2, 64, 64)

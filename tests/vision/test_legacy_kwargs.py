@@ -54,3 +54,84 @@ def test_mixer_nll_ratio_none_is_zero_with_a_warning():
     for bad in (-1.0, float("nan"), "0.5", True):
         with pytest.raises(ValueError, match="nll_ratio must be a finite number >= 0"):
             create_model("recursive_mixer_b16", nll_ratio=bad, **SMALL_MIXER)
+
+
+# --------------------------------------------------------------------------- nll -> nll_ratio
+@pytest.mark.parametrize("name, old, new", [
+    ("sret_cifar_wo_slice", dict(nll=False, lrc=False), dict(nll_ratio=0, lrc=False)),
+    ("sret_cifar", dict(nll=True), dict()),
+    ("sret_cifar_baseline", dict(nll=True), dict(nll_ratio=1.0)),
+    ("sret_cct_2_3x2_32", dict(nll=False, lrc=False), dict(nll_ratio=0, lrc=False)),
+    ("sret_cct_2_3x2_32", dict(recursions=1, nll=False, lrc=False), dict(recursions=1, nll_ratio=0, lrc=False)),
+    ("cct_2_3x2_32", dict(nll=True), dict(nll_ratio=1.0)),
+    ("cct_2_3x2_32", dict(nll=True, nll_ratio=2.0), dict(nll_ratio=2.0)),
+])
+def test_nll_switch_builds_the_model_of_its_nll_ratio(name, old, new):
+    before, messages = built(name, **old)
+    after, none = built(name, **new)
+    assert_same_model(before, after)
+    assert none == [] and len(messages) == 1 and "nll_ratio=0" in messages[0] and "\n" not in messages[0]
+    assert all((layer.nlls is None) == (after.cfg.nll_ratio == 0) for layer in after.modules()
+               if hasattr(layer, "nlls"))
+
+
+@pytest.mark.parametrize("name", ["sret_cifar", "sret_cct_2_3x2_32"])
+def test_nll_ratio_is_checked_as_the_core_checks_it(name):
+    for bad in (-0.5, float("inf"), "1", None):
+        with pytest.raises(ValueError, match="nll_ratio must be a finite number >= 0"):
+            create_model(name, nll_ratio=bad)
+    with pytest.raises(ValueError, match="nll must be True or False"):
+        create_model(name, nll="maybe")
+
+
+def test_recorded_experiments_build_the_models_they_recorded():
+    """Every ``--model-kwargs`` of the example experiment files builds, and where it uses an
+    old name, builds the model of the new one."""
+    import ast
+    import pathlib
+    import shlex
+
+    yaml = pytest.importorskip("yaml")
+    renamed = {"nll": lambda v: ("nll_ratio", None if v else 0)}
+
+    def literal(value):  # as sret-train-cifar reads --model-kwargs
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value
+
+    rows = []
+    for path in sorted((pathlib.Path(__file__).parents[2] / "examples").rglob("*.yaml")):
+        for row in (yaml.safe_load(path.read_text()) or {}).get("rows", []):
+            words = shlex.split(row.get("args", ""))
+            if "--model-kwargs" in words:
+                pairs = []
+                for word in words[words.index("--model-kwargs") + 1:]:
+                    if word.startswith("--"):
+                        break
+                    pairs.append(word.split("=", 1))
+                rows.append((row["model"], {k: literal(v) for k, v in pairs}))
+    assert rows, "the examples record runs with --model-kwargs"
+    for model, kwargs in rows:
+        before, _ = built(model, **kwargs)
+        new = dict(kwargs)
+        for old_name, rename in renamed.items():
+            if old_name in new:
+                key, value = rename(new.pop(old_name))
+                if value is not None:
+                    new[key] = value
+        after, none = built(model, **new)
+        assert none == []
+        assert_same_model(before, after)
+
+
+def test_the_vision_config_has_its_own_name():
+    import fairseq_sret.vision as vision
+    import fairseq_sret.vision.sret as sret
+
+    for module in (vision, sret):
+        with pytest.warns(FutureWarning, match="SReTVisionConfig"):
+            assert module.SReTConfig is vision.SReTVisionConfig
+    assert "SReTConfig" not in vision.__all__
+    hf = pytest.importorskip("fairseq_sret.hf")
+    assert hf.SReTConfig is not vision.SReTVisionConfig
