@@ -10,7 +10,7 @@ the speed/quality frontier they draw beside fairseq's transformer.
 
 Every checkpoint is loaded once per depth the way users run it, through fairseq's
 ``load_model_ensemble_and_task`` with the override of ``fairseq-generate --model-overrides
-"{'encoder_recursions': E, 'decoder_recursions': D}"``: the model is built with the trained
+"{'encoder_depth': E, 'decoder_depth': D}"``: the model is built with the trained
 recursions and runs the first E (D) applications of every encoder (decoder) layer. Depths
 default to 1 .. the trained count (a side with fewer recursions stays at its full depth);
 ``--depths 1,2,1/2`` lists them (ENC/DEC for different depths). A checkpoint of another
@@ -125,7 +125,7 @@ def load(checkpoint, data, depth: Optional[Depth], device, beam: int):
 
     overrides = {"data": str(data)}
     if depth is not None:
-        overrides.update(encoder_recursions=depth[0], decoder_recursions=depth[1])
+        overrides.update(encoder_depth=depth[0], decoder_depth=depth[1])
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides)
     model = models[0].to(device)
     prepare_as_generate(model, beam)

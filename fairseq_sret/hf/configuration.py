@@ -1,12 +1,11 @@
 """The transformers configuration of an SReT translation model (``model_type: sret_transformer``).
 
 The fields are the fairseq options of the trained model under the same names (what
-``sret-export-hf`` reads from a checkpoint), except:
+``sret-export-hf`` reads from a checkpoint). As there, ``{side}_recursions`` is the number of
+applications the layers were built (and trained) with and ``{side}_depth`` how many of them run
+(None: all of them): depth on demand, chosen at load time with
+``from_pretrained(dir, encoder_depth=1)``; ``nll_ratio`` 0 means no NLL. They differ in:
 
-- ``{side}_recursions`` is the number of applications the layers were *trained* with
-  (fairseq's ``{side}_trained_recursions``), and ``{side}_depth`` how many of them run
-  (None: all of them): depth on demand, chosen at load time with
-  ``from_pretrained(dir, encoder_depth=1)``;
 - ``lrc`` is fairseq's ``not no_lrc``; ``{side}_normalize_before`` already takes ``--post-ln``
   into account;
 - ``mixed_depth`` records the ``--mixed-depth`` terms of the training criterion ("" when it

@@ -26,6 +26,7 @@ not make is replaced) when it moves the files to ``--out``. Nothing here imports
 checkpoint's options are read as saved.
 """
 
+import copy
 import itertools
 import json
 import re
@@ -37,6 +38,7 @@ from torch import Tensor
 
 from .. import __version__
 from ..checkpoints import load_checkpoint
+from ..conversion.depth_options import upgrade_depth_options
 from .configuration import SReTConfig
 from .tokenization import dictionary_fingerprint, file_fingerprint, read_fairseq_dictionary, tokenizer_fingerprints
 from .. import json_text
@@ -131,15 +133,19 @@ def sret_config(state: dict, options: Namespace, vocab_sizes: Tuple[int, int], s
         share_decoder_input_output_embed=bool(read("share_decoder_input_output_embed")),
         mixed_depth=training_mixed_depth(state, options),
     )
+    options = copy.copy(options)
+    try:
+        upgrade_depth_options(options)  # a checkpoint saved before --encoder-depth, in today's words
+    except ValueError as exc:
+        raise ExportError(f"{source}: {exc}") from None
     for side in ("encoder", "decoder"):
-        depth = int(read(f"{side}_recursions"))
-        trained = getattr(options, f"{side}_trained_recursions", None) or depth
+        depth = getattr(options, f"{side}_depth", None)
         values.update({
             f"{side}_{name}": int(read(f"{side}_{name}"))
             for name in ("embed_dim", "ffn_embed_dim", "attention_heads", "layers")
         })
         values.update({
-            f"{side}_recursions": int(trained), f"{side}_depth": None if depth == trained else depth,
+            f"{side}_recursions": int(read(f"{side}_recursions")), f"{side}_depth": None if depth is None else int(depth),
             f"{side}_groups": str(read(f"{side}_groups")), f"{side}_partition": str(read(f"{side}_partition")),
             f"{side}_normalize_before": (not post_ln) and bool(read(f"{side}_normalize_before")),
             f"{side}_learned_pos": bool(read(f"{side}_learned_pos")),

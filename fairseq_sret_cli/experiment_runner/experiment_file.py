@@ -19,7 +19,7 @@ and the rows; each row is an architecture with its flags and seeds::
                                            # (last5u: of the last 5 update checkpoints)
       variants:                            # optional: each checkpoint also decoded with extra
         depth1: >-
-          --model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}"
+          --model-overrides "{'encoder_depth': 1, 'decoder_depth': 1}"
       curve:                               # optional: BLEU against training CPU time
         every: 5                           #   every 5th epoch checkpoint (and the last epoch's)
         subsets: [test]                    #   decoded like the table, on these subsets

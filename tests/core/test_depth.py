@@ -3,9 +3,11 @@
 Equivalences: a model run at depth d equals a model built with d recursions and the same
 weights (translation and vision); step-by-step decoding equals the teacher-forced forward at
 every depth; a checkpoint built from its trained count with a depth override equals the
-model set to that depth, and one saved without the record fails naming the fix.
+model set to that depth, and the older way to say the depth (fewer recursions than the
+checkpoint holds) runs that depth.
 """
 
+import logging
 import re
 
 import pytest
@@ -141,10 +143,10 @@ def test_incremental_decoding_equals_teacher_forcing_at_every_depth(enc, dec):
 def test_override_builds_the_trained_count_and_runs_the_requested_depth():
     torch.manual_seed(2)
     trained, task = nmt((3, 2))
-    assert trained.args.encoder_trained_recursions == 3 and trained.args.decoder_trained_recursions == 2
-    # what --model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}" does to the saved args
-    overridden, _ = nmt((1, 1), encoder_trained_recursions=3, decoder_trained_recursions=2,
-                        encoder_groups="2,1,1", decoder_groups="2,1")
+    assert (trained.args.encoder_recursions, trained.args.decoder_recursions) == (3, 2)
+    assert (trained.args.encoder_depth, trained.args.decoder_depth) == (None, None)
+    # what --model-overrides "{'encoder_depth': 1, 'decoder_depth': 1}" does to the saved args
+    overridden, _ = nmt((3, 2), encoder_depth=1, decoder_depth=1)
     assert overridden.recursions == (3, 2) and overridden.depth == (1, 1)
     overridden.load_state_dict(trained.state_dict())  # strict: every NLL is there
     src, lengths, prev, _ = sample_batch(task)
@@ -153,6 +155,12 @@ def test_override_builds_the_trained_count_and_runs_the_requested_depth():
     with torch.no_grad():
         got, _ = overridden(src, lengths, prev)
     assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match=r"--encoder-depth=4 is larger than the 3 recursions"):
+        nmt((3, 2), encoder_depth=4)
+    # the same, said as a checkpoint saved before --encoder-depth existed says it
+    older, _ = nmt((1, 1), encoder_trained_recursions=3, decoder_trained_recursions=2,
+                   encoder_groups="2,1,1", decoder_groups="2,1")
+    assert older.recursions == (3, 2) and older.depth == (1, 1)
     with pytest.raises(ValueError, match=r"--encoder-recursions=4 is larger than the 3 recursions this model was"
                                          r" trained with \(encoder_trained_recursions=3\)"):
         nmt((4, 2), encoder_trained_recursions=3, encoder_groups="1")
@@ -171,24 +179,32 @@ def test_override_builds_the_trained_count_and_runs_the_requested_depth():
 
 
 @requires_fairseq
-def test_checkpoint_without_the_record_fails_with_the_fix():
+def test_fewer_recursions_than_the_checkpoint_holds_run_that_depth(caplog):
     torch.manual_seed(3)
-    trained, _ = nmt((3, 2))
+    trained, task = nmt((3, 2))
     state = trained.state_dict()
-    # an old checkpoint's args lack the record, so the override alone builds one recursion
-    old, _ = nmt((1, 2), encoder_groups="2")
-    with pytest.raises(ValueError, match=r"NLLs for 3 encoder recursions, the model was built with 1\..*"
-                                         r"'encoder_recursions': 1, 'encoder_trained_recursions': 3"):
-        old.load_state_dict(dict(state))
-    fixed, _ = nmt((1, 2), encoder_trained_recursions=3, encoder_groups="2,1,1")
-    fixed.load_state_dict(dict(state))
-    # a wrong record is named too
-    wrong, _ = nmt((3, 2), decoder_trained_recursions=3, decoder_groups="2,1,1")
-    with pytest.raises(ValueError, match="NLLs for 2 decoder recursions, but the model was built with 3"):
+    # --model-overrides "{'encoder_recursions': 1}", the older way to ask for depth 1: the layers
+    # are built with the checkpoint's 3 recursions and run 1, with a warning naming --encoder-depth
+    older, _ = nmt((1, 2), encoder_groups="2")
+    with caplog.at_level(logging.WARNING):
+        older.load_state_dict(dict(state))
+    assert older.recursions == (3, 2) and older.depth == (1, 2)
+    assert (older.args.encoder_recursions, older.args.encoder_depth) == (3, 1)
+    assert any("'encoder_depth': 1" in r.getMessage() for r in caplog.records)
+    src, lengths, prev, _ = sample_batch(task)
+    with torch.no_grad(), trained.at_depth(1, 2):
+        expected, _ = trained(src, lengths, prev)
+    with torch.no_grad():
+        got, _ = older.eval()(src, lengths, prev)
+    assert torch.equal(got, expected)
+    # more recursions than the checkpoint holds fail, naming both counts
+    wrong, _ = nmt((3, 3), decoder_groups="2,1,1")
+    with pytest.raises(ValueError, match="--decoder-recursions=3 is larger than the 2 recursions this model was"
+                                         " trained with"):
         wrong.load_state_dict(dict(state))
-    # per-recursion groups of an old checkpoint: the error says the same
+    # per-recursion groups of more recursions than the override builds: the error gives the depth option
     with pytest.raises(ValueError, match=r"--encoder-groups has 3 values but there are 1 recursions.*"
-                                         r"'encoder_recursions': 1, 'encoder_trained_recursions': 3"):
+                                         r"'encoder_depth': 1"):
         nmt((1, 2), encoder_groups="2,1,1")
     # without NLLs the weights do not depend on the recursions: a shallower build loads them
     plain, _ = nmt((3, 2), nll_ratio=0.0)

@@ -130,7 +130,8 @@ def uptrained_checkpoint(data_bin: Path, path: Path) -> dict:
 
 def hydra_style(state: dict, path: Path) -> dict:
     """The checkpoint as fairseq-hydra-train saves it: the model options a plain dict, without
-    what sret_transformer records on its build namespace (trained recursions, fingerprints)."""
+    what sret_transformer records on its build namespace (the dictionaries' fingerprints, the
+    older name of the recursions)."""
     options = {k: v for k, v in vars(state["cfg"]["model"]).items()
                if not k.endswith(("_trained_recursions", "_dictionary_fingerprint"))}
     hydra = dict(state, cfg=dict(state["cfg"], model=options))
@@ -140,13 +141,11 @@ def hydra_style(state: dict, path: Path) -> dict:
 
 def fairseq_model(state: dict, task, depth=None):
     """The checkpoint's model as fairseq builds it, at ``depth`` (fairseq's depth override:
-    ``--model-overrides "{'encoder_recursions': 1, 'decoder_recursions': 1}"``)."""
+    ``--model-overrides "{'encoder_depth': 1, 'decoder_depth': 1}"``)."""
     args = copy.deepcopy(state["cfg"]["model"])
     if depth is not None:
-        for side in ("encoder", "decoder"):  # an uptrained checkpoint does not record the trained count
-            setattr(args, f"{side}_trained_recursions", getattr(args, f"{side}_trained_recursions", None)
-                    or getattr(args, f"{side}_recursions"))
-            setattr(args, f"{side}_recursions", depth)
+        for side in ("encoder", "decoder"):
+            setattr(args, f"{side}_depth", depth)
     model = ARCH_MODEL_REGISTRY[args.arch].build_model(args, task)
     model.load_state_dict(state["model"], strict=True)
     return model.eval()

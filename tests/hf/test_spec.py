@@ -19,8 +19,9 @@ MODELS = {
     "default": {},
     "sliced": dict(encoder_groups="2,1", decoder_groups="2,1", decoder_partition="strided,random"),
     "shallower": dict(encoder_recursions=3, decoder_recursions=2, encoder_groups="4,2,1"),
-    "run at depth 1": dict(encoder_recursions=1, encoder_trained_recursions=2, decoder_recursions=1,
-                           decoder_trained_recursions=3),
+    "run at depth 1": dict(encoder_recursions=2, encoder_depth=1, decoder_recursions=3, decoder_depth=1),
+    "run at depth 1, as saved before --encoder-depth": dict(
+        encoder_recursions=1, encoder_trained_recursions=2, decoder_recursions=1, decoder_trained_recursions=3),
     "post-ln, no LRC, narrow NLL": dict(post_ln=True, no_lrc=True, nll_ratio=0.5, activation_fn="gelu"),
     "no NLL, dropouts": dict(nll_ratio=0.0, dropout=0.1, attention_dropout=0.2, activation_dropout=0.3),
 }
@@ -37,8 +38,8 @@ def test_fairseq_options_and_exported_config_read_into_one_spec(overrides):
     assert hf_spec == fairseq_spec
     for side in ("encoder", "decoder"):
         spec = fairseq_spec.side(side)
-        assert (spec.recursions, spec.depth) == (
-            getattr(model.args, f"{side}_trained_recursions"), getattr(model.args, f"{side}_recursions"))
+        recursions = getattr(model.args, f"{side}_recursions")
+        assert (spec.recursions, spec.depth) == (recursions, getattr(model.args, f"{side}_depth") or recursions)
         # both models' layers are what the spec builds: same schedule, same parameter shapes
         fairseq_layers = getattr(model, side).layers
         hf_layers = getattr(SReTForConditionalGeneration(config).model, side).layers

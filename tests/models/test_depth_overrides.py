@@ -12,8 +12,8 @@ from cli_helpers import SRET, TRAIN, USER_DIR, command, preprocess, run, run_par
 
 pytestmark = pytest.mark.e2e
 
-DEPTHS = {1: "{'encoder_recursions': 1, 'decoder_recursions': 1}",
-          2: "{'encoder_recursions': 2, 'decoder_recursions': 2}"}
+DEPTHS = {1: "{'encoder_depth': 1, 'decoder_depth': 1}",
+          2: "{'encoder_depth': 2, 'decoder_depth': 2}"}
 
 
 def hypotheses(log):
@@ -51,12 +51,11 @@ def test_train_mixed_depth_then_generate_at_every_depth(tmp_path):
     depth1, depth2 = hypotheses(out1), hypotheses(out2)
     assert len(depth1) == len(depth2) == len(sources)
     assert depth1 != depth2  # the depth changed the translations
-    assert rc3 != 0 and ("--encoder-recursions=3 is larger than the 2 recursions this model was trained with"
-                         " (encoder_trained_recursions=2)") in out3
+    assert rc3 != 0 and "--encoder-recursions=3 is larger than the 2 recursions this model was trained with" in out3
     assert hashlib.sha256(checkpoint.read_bytes()).hexdigest() == digest  # the checkpoint is never changed
 
     # the hub (the loader of fairseq-generate/-interactive, in this process): from_pretrained(...,
-    # encoder_recursions=1) and set_depth on the full-depth model translate as fairseq-generate did
+    # encoder_depth=1) and set_depth on the full-depth model translate as fairseq-generate did
     from fairseq_sret.models.sret_transformer import SReTTransformerModel
 
     def hub(name="checkpoint_last.pt", **overrides):
@@ -68,21 +67,20 @@ def test_train_mixed_depth_then_generate_at_every_depth(tmp_path):
     def translate(model):
         return [model.translate(s, beam=5) for s in sources[:5]]
 
-    assert translate(hub(encoder_recursions=1, decoder_recursions=1)) == depth1[:5]
+    assert translate(hub(encoder_depth=1, decoder_depth=1)) == depth1[:5]
     full = hub()
     assert translate(full) == depth2[:5]
     full.models[0].set_depth(1, 1)
     assert translate(full) == depth1[:5]
+    # the older way to say the depth: fewer recursions than the checkpoint holds run that depth
+    assert translate(hub(encoder_recursions=1, decoder_recursions=1)) == depth1[:5]
 
-    # a checkpoint saved before the trained count was recorded: a clear error, then its fix
+    # a checkpoint saved before --encoder-depth existed (the built count under its older name)
     from fairseq_sret.checkpoints import load_checkpoint
 
     state = load_checkpoint(checkpoint)
     for side in ("encoder", "decoder"):
-        delattr(state["cfg"]["model"], f"{side}_trained_recursions")
+        setattr(state["cfg"]["model"], f"{side}_trained_recursions", 2)
     torch.save(state, save / "old.pt")
-    with pytest.raises(ValueError, match="'encoder_recursions': 1, 'encoder_trained_recursions': 2"):
-        hub("old.pt", encoder_recursions=1, decoder_recursions=1)
-    old = hub("old.pt", encoder_recursions=1, decoder_recursions=1, encoder_trained_recursions=2,
-              decoder_trained_recursions=2)
-    assert translate(old) == depth1[:5]
+    assert translate(hub("old.pt")) == depth2[:5]
+    assert translate(hub("old.pt", encoder_recursions=1, decoder_recursions=1)) == depth1[:5]

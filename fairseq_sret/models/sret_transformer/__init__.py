@@ -10,7 +10,7 @@ architectures).
 
 from .options import SReTOptions, sret_base_architecture  # noqa: F401
 from .spec import check_sret_options, read_side_spec, read_spec, recursion_schedule  # noqa: F401
-from .trained_depth import check_checkpoint_recursions, record_trained_recursions  # noqa: F401
+from .trained_depth import check_checkpoint_recursions, upgrade_depth_options  # noqa: F401
 from .layers import SReTDecoderLayer, SReTEncoderLayer  # noqa: F401
 from .model import SReTHubInterface, SReTTransformerDecoder, SReTTransformerEncoder, SReTTransformerModel  # noqa: F401
 from .architectures import (  # noqa: F401  (registers the named architectures)

@@ -33,7 +33,7 @@ class SReTEncoderLayer(nn.Module):
         return self.recursive(x, key_padding_mask=encoder_padding_mask).transpose(0, 1)
 
     def upgrade_state_dict_named(self, state_dict, name):
-        check_checkpoint_recursions(state_dict, name, self.recursive, "encoder")
+        check_checkpoint_recursions(state_dict, name, self.recursive.recursions, "encoder")
         return state_dict
 
 
@@ -101,5 +101,5 @@ class SReTDecoderLayer(nn.Module):
             self.recursive.reorder_caches(state["caches"], new_order)
 
     def upgrade_state_dict_named(self, state_dict, name):
-        check_checkpoint_recursions(state_dict, name, self.recursive, "decoder")
+        check_checkpoint_recursions(state_dict, name, self.recursive.recursions, "decoder")
         return state_dict

@@ -5,6 +5,7 @@ are fairseq's own (we subclass its transformer); only the layers differ
 (:mod:`.layers`).
 """
 
+import logging
 import re
 from argparse import Namespace
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ from fairseq.models.transformer import (
     TransformerModel,
 )
 from omegaconf import OmegaConf
+from torch import nn
 
 from ...core import SideSpec, fold_lrc
 from ...core.depth import DepthControl
@@ -31,7 +33,10 @@ from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
 from .options import SReTOptions, sret_base_architecture
 from .spec import check_model_options, read_side_spec
-from .trained_depth import record_trained_recursions, warn_untrained_depth
+from .trained_depth import SIDES, recursions_of_checkpoint, upgrade_depth_options, warn_untrained_depth
+
+logger = logging.getLogger(__name__)
+
 
 class SReTTransformerEncoder(TransformerEncoderBase):
     """fairseq's encoder (embeddings, positions, final norm) with ``side.layers`` SReT
@@ -46,6 +51,11 @@ class SReTTransformerEncoder(TransformerEncoderBase):
     def build_encoder_layer(self, cfg):
         return SReTEncoderLayer(self.side_spec.layer)
 
+    def build_layers(self, side: SideSpec) -> None:
+        """Replace the layers by freshly built ones of ``side``'s spec (before loading weights)."""
+        self.side_spec = side
+        self.layers = nn.ModuleList(self.build_encoder_layer(self.cfg) for _ in range(side.layers))
+
 
 class SReTTransformerDecoder(TransformerDecoderBase):
     """fairseq's decoder (embeddings, positions, output projection) with ``side.layers`` SReT
@@ -57,6 +67,11 @@ class SReTTransformerDecoder(TransformerDecoderBase):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         return SReTDecoderLayer(self.side_spec.layer)
+
+    def build_layers(self, side: SideSpec) -> None:
+        """Replace the layers by freshly built ones of ``side``'s spec (before loading weights)."""
+        self.side_spec = side
+        self.layers = nn.ModuleList(self.build_decoder_layer(self.cfg) for _ in range(side.layers))
 
 
 @register_model("sret_transformer")
@@ -102,15 +117,14 @@ class SReTTransformerModel(DepthControl, TransformerModel):
         if OmegaConf.is_config(args):  # fairseq-hydra-train's `model:` section, or its checkpoint
             args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
-        record_trained_recursions(args)
+        upgrade_depth_options(args)
         check_model_options(args)
         check_dictionaries(args, task)
         model = super().build_model(args, task)
         # the mixed-depth criterion's options, given on the same command line: checked before
-        # training starts (the criterion itself sees the model only at the first step), after
-        # the schedules, whose errors say what a checkpoint without a trained count needs
+        # training starts (the criterion itself sees the model only at the first step)
         check_depth_options(getattr(args, "mixed_depth", None), getattr(args, "depth_warmup", None),
-                            (args.encoder_trained_recursions, args.decoder_trained_recursions))
+                            (args.encoder_recursions, args.decoder_recursions))
         warn_untrained_depth(args)
         return model
 
@@ -131,15 +145,38 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     depth_sides = ("encoder", "decoder")
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        """fairseq's strict load; weights that do not fit (an override such as
-        ``encoder_layers`` or a width, which a trained model cannot take) fail with one line
-        that counts and names the mismatches."""
+        """fairseq's strict load, after building the layers with the recursions the checkpoint
+        holds where ``--{side}-recursions`` asked for fewer (:meth:`_build_checkpoint_recursions`);
+        weights that do not fit (an override such as ``encoder_layers`` or a width, which a
+        trained model cannot take) fail with one line that counts and names the mismatches."""
+        self._build_checkpoint_recursions(state_dict)
         try:
             return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         except RuntimeError as exc:
             if "Error(s) in loading state_dict" not in str(exc):
                 raise
             raise ValueError(weights_mismatch(str(exc))) from None
+
+    def _build_checkpoint_recursions(self, state_dict) -> None:
+        """``--model-overrides "{'encoder_recursions': 1}"`` on a checkpoint built with more
+        recursions meant the depth that runs (``--encoder-depth`` now): with one warning, the
+        side's layers are built again with the recursions the checkpoint's NLLs number and run
+        that depth (the override's configuration and these weights do not fit otherwise)."""
+        rebuilt = False
+        for side in SIDES:
+            stack = getattr(self, side)
+            saved, built = recursions_of_checkpoint(state_dict, side), stack.side_spec.recursions
+            if saved is None or saved <= built or getattr(self.args, f"{side}_depth", None) is not None:
+                continue
+            logger.warning(f"--{side}-recursions {built} is fewer than the {saved} recursions this checkpoint was built"
+                      f" with: running depth {built} of {saved}; say it with --{side}-depth (--model-overrides"
+                      f" \"{{'{side}_depth': {built}}}\")")
+            setattr(self.args, f"{side}_recursions", saved)
+            setattr(self.args, f"{side}_depth", built)
+            stack.build_layers(read_side_spec(self.args, side))
+            rebuilt = True
+        if rebuilt:
+            warn_untrained_depth(self.args)
 
     # ------------------------------------------------------------ the dictionaries of the weights
     def _save_to_state_dict(self, destination, prefix, keep_vars):

@@ -16,10 +16,21 @@ class SReTOptions(FairseqDataclass):
     """The SReT-specific options (everything else is fairseq's transformer config)."""
 
     encoder_recursions: int = field(
-        default=2, metadata={"help": "applications of each (weight-shared) encoder layer"}
+        default=2, metadata={"help": "applications each (weight-shared) encoder layer is built and trained with,"
+                             " one NLL each"}
     )
     decoder_recursions: int = field(
-        default=2, metadata={"help": "applications of each (weight-shared) decoder layer"}
+        default=2, metadata={"help": "applications each (weight-shared) decoder layer is built and trained with,"
+                             " one NLL each"}
+    )
+    encoder_depth: Optional[int] = field(
+        default=None, metadata={"help": "applications of each encoder layer that run (default: all"
+                                " --encoder-recursions): depth on demand, e.g. a checkpoint at depth 1 with"
+                                " --model-overrides \"{'encoder_depth': 1}\""}
+    )
+    decoder_depth: Optional[int] = field(
+        default=None, metadata={"help": "applications of each decoder layer that run (default: all"
+                                " --decoder-recursions); see --encoder-depth"}
     )
     encoder_groups: str = field(
         default="1", metadata={"help": "encoder self-attention groups per recursion, e.g. '2,1'"
@@ -40,7 +51,7 @@ class SReTOptions(FairseqDataclass):
                   " decoding cannot use contiguous slices); 'auto' = strided, then random"},
     )
     nll_ratio: float = field(
-        default=1.0, metadata={"help": "hidden ratio of the NLL between recursions (0 = no NLL)"}
+        default=1.0, metadata={"help": "hidden ratio of the NLL after every application (0: no NLL)"}
     )
     no_lrc: bool = field(
         default=False, metadata={"help": "plain residual connections instead of LRC"}
@@ -67,17 +78,15 @@ class SReTOptions(FairseqDataclass):
         default=False, metadata={"help": "activation checkpointing of every layer application:"
                                  " memory grows with unique layers, not total depth"}
     )
+    # the older name of --{side}-recursions, kept so that the checkpoints that record it load
+    # (fairseq and fairseq-hydra-train refuse a key no option declares): read by upgrade_depth_options
     encoder_trained_recursions: Optional[int] = field(
-        default=None, metadata={"help": "recorded at the first build (= --encoder-recursions) and kept"
-                                " in checkpoints: the encoder layers are built with this many"
-                                " recursions and run --encoder-recursions of them, so a checkpoint"
-                                " runs shallower with --model-overrides \"{'encoder_recursions': 1}\""}
+        default=None, metadata={"help": "the older name of --encoder-recursions in checkpoints saved before"
+                                " --encoder-depth existed (read as --encoder-recursions, with a warning)"}
     )
     decoder_trained_recursions: Optional[int] = field(
-        default=None, metadata={"help": "recorded at the first build (= --decoder-recursions); see"
-                                " --encoder-trained-recursions"}
+        default=None, metadata={"help": "the older name of --decoder-recursions (see --encoder-trained-recursions)"}
     )
-
 
 def set_default(args, name, value):
     if getattr(args, name, None) is None:

@@ -5,10 +5,11 @@
 ``TransformerConfig`` fairseq builds from it). Every invalid configuration fails here, at model
 build, naming the option; the layers are built from the spec, never from the options again.
 
-fairseq's words for the depth are kept for its command line and its checkpoints:
-``--{side}-recursions`` is the depth that runs (the spec's ``depth``) and
-``{side}_trained_recursions`` (recorded at the first build) the applications the layers are
-built with (the spec's ``recursions``, as in the transformers configuration).
+The words for depth are the core's, as in the transformers configuration:
+``--{side}-recursions`` is how many applications the layers are built (and trained) with, one
+NLL each (the spec's ``recursions``), ``--{side}-depth`` how many of them run (the spec's
+``depth``; default: all). Checkpoints saved before ``--{side}-depth`` existed are read in these
+words first (:func:`~.trained_depth.upgrade_depth_options`).
 """
 
 import math
@@ -19,8 +20,9 @@ SIDES = ("encoder", "decoder")
 
 
 def read_spec(args) -> EncoderDecoderSpec:
-    """The spec of ``args`` (defaults filled by :func:`~.options.sret_base_architecture`,
-    trained recursions recorded); ValueError naming the option for anything invalid."""
+    """The spec of ``args`` (defaults filled by :func:`~.options.sret_base_architecture`, a
+    checkpoint's older depth options read by :func:`~.trained_depth.upgrade_depth_options`);
+    ValueError naming the option for anything invalid."""
     check_model_options(args)
     return EncoderDecoderSpec(*(read_side_spec(args, side) for side in SIDES))
 
@@ -59,43 +61,30 @@ def read_side_spec(args, side: str) -> SideSpec:
 
 
 def recursion_schedule(args, side: str) -> RecursionSchedule:
-    """The recursion schedule of ``side``'s layers from the command-line options.
+    """The recursion schedule of ``side``'s layers from the command-line options: built with
+    ``--{side}-recursions`` applications, running the first ``--{side}-depth`` of them (None:
+    all; a checkpoint runs shallower with ``--model-overrides "{'encoder_depth': 1}"``, keeping
+    every NLL it was trained with and loading strictly).
 
     Errors name the options (``--encoder-groups``, ...). ``auto`` partitions resolve to
     contiguous-then-random (encoder) and strided-then-random (decoder, causal).
-
-    Depth on demand: the layers are built with ``{side}_trained_recursions`` applications
-    (recorded at the first build, so kept in checkpoints) and run the first
-    ``--{side}-recursions`` of them. A checkpoint loaded with ``--model-overrides
-    "{'encoder_recursions': 1}"`` thus keeps every NLL it was trained with (and loads
-    strictly) and runs one application per layer; the group and partition settings are
-    those of the trained schedule.
     """
-    recursions = getattr(args, f"{side}_recursions")
-    trained = getattr(args, f"{side}_trained_recursions", None)
-    built = recursions if trained is None else trained
-    names = {name: f"--{side}-{name}" for name in ("recursions", "groups", "partition")}
-    if trained is not None and trained != recursions:
-        names["recursions"] = f"{side}_trained_recursions"
+    recursions, depth = getattr(args, f"{side}_recursions"), getattr(args, f"{side}_depth", None)
+    names = {name: f"--{side}-{name}" for name in ("recursions", "groups", "partition", "depth")}
     groups, partition = getattr(args, f"{side}_groups"), getattr(args, f"{side}_partition")
     try:
-        schedule = RecursionSchedule.parse(
-            built, groups=groups, partition=partition, causal=side == "decoder", names=names
+        return RecursionSchedule.parse(
+            recursions, groups=groups, partition=partition, causal=side == "decoder", names=names, depth=depth,
         )
     except ValueError as exc:
         listed = max(_listed(groups), _listed(partition))
-        if built == recursions and isinstance(built, int) and 1 < listed and built < listed:
+        if isinstance(recursions, int) and 1 <= recursions < listed:
             raise ValueError(
-                f"{exc}. (Loading a checkpoint saved without {side}_trained_recursions at a smaller"
-                f" depth? Give the trained count too: --model-overrides \"{{'{side}_recursions':"
-                f" {recursions}, '{side}_trained_recursions': {listed}}}\")"
+                f"{exc}. (Running a trained model shallower? --{side}-recursions is the applications its"
+                f" layers were built with; the depth that runs is --{side}-depth: --model-overrides"
+                f" \"{{'{side}_depth': {recursions}}}\")"
             ) from None
         raise
-    return schedule.with_depth(
-        recursions, name=f"--{side}-recursions",
-        built=f"this model was trained with ({side}_trained_recursions={built})",
-        fix=f"a trained model runs at depth 1 to {built}, e.g. --model-overrides \"{{'{side}_recursions': {built}}}\"",
-    )
 
 
 def _listed(value) -> int:

@@ -1,63 +1,68 @@
-"""Depth on demand across checkpoints: the recursions a model was trained with are recorded
-at its first build (kept in checkpoints), so a checkpoint runs shallower by a depth override,
-with a warning when that depth was never trained, and a checkpoint whose NLLs do not match
-fails saying which override fixes it."""
+"""Depth on demand across checkpoints: ``--{side}-recursions`` is recorded in checkpoints as the
+applications the layers were built (and trained) with, ``--{side}-depth`` chooses how many run
+(``--model-overrides "{'encoder_depth': 1}"``), with a warning when that depth was never trained.
+
+Older uses keep working, each with one warning that names the option to use now:
+
+- a checkpoint saved before ``--{side}-depth`` existed records the built count as
+  ``{side}_trained_recursions`` and the depth that ran as ``{side}_recursions``
+  (:func:`~fairseq_sret.conversion.depth_options.upgrade_depth_options` reads them in today's
+  words, for the fairseq adapter and for ``sret-export-hf``);
+- ``--model-overrides "{'encoder_recursions': 1}"`` on a checkpoint built with more recursions
+  meant its depth: the layers are built with the checkpoint's count (its NLLs say how many)
+  and run that depth (:func:`recursions_of_checkpoint`, read by the model when it loads).
+"""
 
 import logging
+from typing import Optional
 
-from ...core import Recursive
+from ...conversion.depth_options import SIDES, upgrade_depth_options  # noqa: F401
 from ...core.mixed_depth import untrained_depth_warning
 
 logger = logging.getLogger(__name__)
 
 
-def record_trained_recursions(args) -> None:
-    """At the first build, record ``--encoder/decoder-recursions`` as the trained counts
-    (``{side}_trained_recursions``; an existing record, e.g. a checkpoint's, is kept)."""
-    for side in ("encoder", "decoder"):
-        if getattr(args, f"{side}_trained_recursions", None) is None:
-            setattr(args, f"{side}_trained_recursions", getattr(args, f"{side}_recursions"))
+def recursions_of_checkpoint(state_dict, side: str) -> Optional[int]:
+    """The recursions ``side``'s layers were built with, as the checkpoint's weights say: how many
+    NLLs (``{side}.layers.<i>.recursive.nlls.<r>``) they hold (None: no NLLs, so the weights do
+    not depend on it)."""
+    prefix, found = f"{side}.layers.", set()
+    for key in state_dict:
+        if key.startswith(prefix) and ".recursive.nlls." in key:
+            found.add(int(key.split(".recursive.nlls.", 1)[1].split(".", 1)[0]))
+    return max(found) + 1 if found else None
 
 
 def warn_untrained_depth(args) -> None:
-    """Warn when a depth override runs a model at a depth its training did not include: the
-    full depth, or a ``--mixed-depth`` term of its criterion
+    """Warn when the model runs at a depth its training did not include: the full depth, or a
+    ``--mixed-depth`` term of its criterion
     (:func:`fairseq_sret.core.mixed_depth.untrained_depth_warning`). Said nothing of a
     configuration that does not record its criterion (fairseq-hydra-train keeps it apart from
     the model's)."""
     if getattr(args, "criterion", None) is None:
         return
-    message = untrained_depth_warning(
-        [getattr(args, f"{side}_recursions") for side in ("encoder", "decoder")],
-        [getattr(args, f"{side}_trained_recursions") for side in ("encoder", "decoder")],
-        getattr(args, "mixed_depth", None),
-    )
+    recursions = [getattr(args, f"{side}_recursions") for side in SIDES]
+    depths = [getattr(args, f"{side}_depth", None) or built for side, built in zip(SIDES, recursions)]
+    message = untrained_depth_warning(depths, recursions, getattr(args, "mixed_depth", None))
     if message is not None:
         logger.warning(message)
 
 
-def check_checkpoint_recursions(state_dict, name: str, recursive: Recursive, side: str) -> None:
-    """A checkpoint's NLLs ``{name}.recursive.nlls.<r>`` must number the recursions the
-    layer was built with; a mismatch (a checkpoint saved before the trained count was
-    recorded, loaded with a depth override) fails saying which override fixes it."""
+def check_checkpoint_recursions(state_dict, name: str, recursions: int, side: str) -> None:
+    """A checkpoint's NLLs ``{name}.recursive.nlls.<r>`` must number the ``recursions`` the
+    layer was built with (more of them: the model builds them first, see
+    :meth:`~.model.SReTTransformerModel.load_state_dict`); fewer fail, naming the count."""
     prefix = f"{name}.recursive.nlls." if name else "recursive.nlls."
     found = {key[len(prefix):].split(".", 1)[0] for key in state_dict if key.startswith(prefix)}
-    if recursive.nlls is None or not found:
+    if not found:
         return
     saved = max(int(i) for i in found) + 1
-    built = recursive.recursions
-    if saved == built:
-        return
-    if saved > built:
+    if saved < recursions:
         raise ValueError(
-            f"{name}: the checkpoint holds NLLs for {saved} {side} recursions, the model was built with"
-            f" {built}. A checkpoint saved before {side}_trained_recursions was recorded, run at depth"
-            f" {built}, needs the trained count too: --model-overrides \"{{'{side}_recursions': {built},"
-            f" '{side}_trained_recursions': {saved}}}\" (hub: from_pretrained(..., {side}_recursions={built},"
-            f" {side}_trained_recursions={saved})); training from it needs --{side}-recursions {saved}"
+            f"--{side}-recursions={recursions} is larger than the {saved} recursions this model was trained with"
+            f" ({name}: the checkpoint holds NLLs for {saved}); a trained model runs at depth 1 to {saved}, e.g."
+            f" --model-overrides \"{{'{side}_depth': {saved}}}\""
         )
-    raise ValueError(
-        f"{name}: the checkpoint holds NLLs for {saved} {side} recursions, but the model was built"
-        f" with {built}: it was trained with {saved} (train with --{side}-recursions {saved}, or give"
-        f" '{side}_trained_recursions': {saved} in --model-overrides)"
-    )
+    if saved > recursions:
+        raise ValueError(f"{name}: the checkpoint holds NLLs for {saved} {side} recursions, the layer was built with"
+                         f" {recursions}: give --{side}-recursions {saved} (and --{side}-depth for a smaller depth)")
