@@ -37,7 +37,7 @@ def main(argv=None) -> int:
                        help=f"unique {side} layers (default: the original's {side} layers / recursions)")
         p.add_argument(f"--{side}-groups", default="1", help="self-attention groups per recursion (default: 1)")
     p.add_argument("--nll-ratio", type=at_least(0.0, float), default=1.0,
-                   help="hidden ratio of the NLLs, which start as the identity (default: 1.0; 0 = no NLL)")
+                   help="hidden ratio of the NLLs, which start as the identity (default: 1.0; 0: no NLL)")
     p.add_argument("--no-lrc", action="store_true", help="plain residuals instead of LRC (coefficients 1)")
     p.add_argument("--seed", type=int, default=1, help="seed of the NLLs' other weights (default: 1)")
     p.add_argument("--data-bin", default=None,

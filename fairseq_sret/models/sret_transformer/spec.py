@@ -112,7 +112,7 @@ def _check_side_options(args, side: str) -> None:
 def check_model_options(args) -> None:
     """Fail, naming the option, for the invalid options that are not one side's layers."""
     if not math.isfinite(args.nll_ratio) or args.nll_ratio < 0:
-        raise ValueError(f"--nll-ratio must be a finite number >= 0 (0 disables the NLL), got {args.nll_ratio}")
+        raise ValueError(f"--nll-ratio must be a finite number >= 0 (0: no NLL), got {args.nll_ratio}")
     width = args.nll_ratio * max(args.encoder_embed_dim, args.decoder_embed_dim)
     if width >= 2 ** 31:
         raise ValueError(f"--nll-ratio {args.nll_ratio} gives NLLs {width:.3g} wide, more than a tensor can hold")
