@@ -26,8 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import RecursionSchedule, RecursionSpec, SReTLayerSpec
+from ..core.attention import DEFAULT_ATTENTION_LAYER
 from ..core.depth import DepthControl
-from .conventions import GLOBAL_POOLS, ClassifierConventions, build_on, feature_take_indices, pool_features
+from .conventions import (
+    GLOBAL_POOLS, ClassifierConventions, build_on, check_attention_layer, feature_take_indices, pool_features,
+)
 from .legacy import check_nll_ratio, translate_nll
 from .registry import CIFAR10_MEAN, CIFAR10_STD, image_cfg, register_model
 from .sret.layers import _add_pos_embed, _pair, _prepare_input, _tokens_to_map
@@ -45,7 +48,10 @@ class CCTConfig:
     num_heads: int = field(default=2, metadata={"help": "attention heads"})
     layers: int = field(default=2, metadata={"help": "unique (shared) transformer layers"})
     mlp_ratio: float = field(default=1.0, metadata={"help": "MLP hidden width / embed_dim"})
-    recursions: int = field(default=1, metadata={"help": "applications of each layer"})
+    recursions: int = field(
+        default=1, metadata={"help": "applications each layer is built (and trained) with; set_depth chooses"
+                                     " how many of them run"},
+    )
     groups: Tuple[int, ...] = field(
         default=(1,), metadata={"help": "attention groups per recursion (1: global); the last entry repeats;"
                                         " SReT's per-stage form of one stage, ((4, 1),), is the same"},
@@ -59,6 +65,10 @@ class CCTConfig:
                                        " (SReT Eq. 6); 0: none, the published CCT"},
     )
     lrc: bool = field(default=False, metadata={"help": "learnable residual coefficients (SReT's LRC)"})
+    attention_layer: str = field(
+        default=DEFAULT_ATTENTION_LAYER,
+        metadata={"help": "the layers' attention: a name registered with core.attention.register_attention_layer"},
+    )
     conv_layers: int = field(default=2, metadata={"help": "convolution blocks of the tokenizer (the N of CCT-L/KxN)"})
     kernel_size: int = field(
         default=3, metadata={"help": "tokenizer kernel K; stride max(1, K//2 - 1), padding max(1, K//2) as published"}
@@ -98,6 +108,7 @@ class CCTConfig:
     def validate(self) -> None:
         self.schedule()
         check_nll_ratio(self.nll_ratio)
+        check_attention_layer(self.attention_layer)
         for name in ("lrc", "dynamic_img_size"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -228,6 +239,7 @@ class CCT(ClassifierConventions, DepthControl, nn.Module):
         layer = SReTLayerSpec(
             recursion=recursion, num_heads=cfg.num_heads, ffn_dim=int(cfg.embed_dim * cfg.mlp_ratio),
             attention_dropout=cfg.attn_drop_rate, qkv_bias=False, normalize_stream_before_ffn=True,
+            attention=cfg.attention_layer,
         )
         with build_on(device):
             self.tokenizer = nn.Sequential(*[

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core import Recursive
+from ..core.attention import ATTENTION_LAYERS
 
 #: ``global_pool`` values: average (the papers'), max, their mean, or none ('': a per-position head)
 GLOBAL_POOLS = ("avg", "max", "avgmax", "")
@@ -23,6 +24,15 @@ def check_global_pool(global_pool: str) -> str:
     if global_pool not in GLOBAL_POOLS:
         raise ValueError(f"global_pool must be one of {GLOBAL_POOLS}, got {global_pool!r}")
     return global_pool
+
+
+def check_attention_layer(name: str) -> str:
+    """``attention_layer`` of SReT and CCT: a name registered with
+    :func:`~fairseq_sret.core.attention.register_attention_layer`."""
+    if not isinstance(name, str) or name not in ATTENTION_LAYERS:
+        registered = ATTENTION_LAYERS.names()
+        raise ValueError(f"attention_layer must be a registered attention layer ({registered}), got {name!r}")
+    return name
 
 
 def pool_features(x: Tensor, pool: str, dims: Tuple[int, ...]) -> Tensor:

@@ -232,8 +232,9 @@ def test_pruned_to_the_tokenizer_the_model_ends_there():
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(img_size=30), dict(global_pool="token"), dict(num_heads=3), dict(nll="yes"), dict(nll_ratio=-1.0), dict(groups=(1, 1, 1)),
-    dict(recursions=2, groups=((4, 1), (2, 1))), dict(kernel_size=4),
+    dict(img_size=30), dict(global_pool="token"), dict(num_heads=3), dict(nll="yes"), dict(nll_ratio=-1.0),
+    dict(groups=(1, 1, 1)), dict(recursions=2, groups=((4, 1), (2, 1))), dict(kernel_size=4),
+    dict(attention_layer="no_such_attention"),
 ])
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
@@ -252,7 +253,8 @@ def test_registered_as_vision_and_timm_models():
     assert set(CCT_MODELS) <= set(list_models("*cct*"))
     timm = pytest.importorskip("timm")
     model = timm.create_model("sret_cct_2_3x2_32", nll_ratio=0, lrc=False)
-    assert isinstance(model, CCT) and model.cfg.nll_ratio == 0 and model.pretrained_cfg["first_conv"] == "tokenizer.0.conv"
+    assert isinstance(model, CCT) and model.cfg.nll_ratio == 0
+    assert model.pretrained_cfg["first_conv"] == "tokenizer.0.conv"
     backbone = timm.create_model("cct_2_3x2_32", features_only=True)
     assert [f.shape[1] for f in backbone(images(1))] == [WIDTH] * 3
 

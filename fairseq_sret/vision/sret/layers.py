@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...core import RecursionSchedule, RecursionSpec, SReTLayerSpec
+from ...core.attention import DEFAULT_ATTENTION_LAYER
 from ...core.linear import no_forward_hooks
 
 Size = Union[int, Tuple[int, int]]
@@ -132,13 +133,15 @@ class RecursiveStage(nn.Module):
     ``nll_ratio=0``; ``schedule[r]`` sets the attention groups and partition of application
     ``r``. (B, C, H, W) -> (B, C, H, W); tokens are the pixels in row-major order, so contiguous
     slices are bands of rows. The output keeps the input's memory format
-    (``torch.channels_last`` or contiguous).
+    (``torch.channels_last`` or contiguous). ``attention_layer``: the blocks' attention, a name
+    registered with :func:`~fairseq_sret.core.attention.register_attention_layer`.
     """
 
     def __init__(
         self, dim: int, num_heads: int, num_blocks: int, schedule: RecursionSchedule,
         mlp_ratio: float, nll_ratio: float, drop_paths: Sequence[float],
         lrc: bool = True, norm_eps: float = 1e-6, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+        attention_layer: str = DEFAULT_ATTENTION_LAYER,
     ):
         super().__init__()
         recursion = RecursionSpec(
@@ -147,6 +150,7 @@ class RecursiveStage(nn.Module):
         )
         layer = SReTLayerSpec(
             recursion=recursion, num_heads=num_heads, ffn_dim=int(dim * mlp_ratio), attention_dropout=attn_drop_rate,
+            attention=attention_layer,
         )
         self.blocks = nn.ModuleList(replace(layer, drop_path=drop_paths[b]).build() for b in range(num_blocks))
 

@@ -15,8 +15,11 @@ import torch.fx
 from torch import Tensor, nn
 
 from ...core import RecursionSchedule
+from ...core.attention import DEFAULT_ATTENTION_LAYER
 from ...core.depth import DepthControl
-from ..conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
+from ..conventions import (
+    ClassifierConventions, build_on, check_attention_layer, check_global_pool, feature_take_indices, pool_features,
+)
 from ..legacy import check_nll_ratio, translate_nll
 from .layers import ConvPooling, ConvStem, PatchStem, RecursiveStage, Size, _add_pos_embed, _pair, _prepare_input
 
@@ -44,7 +47,10 @@ class SReTVisionConfig:
     blocks: Tuple[int, ...] = field(
         default=(2, 5, 3), metadata={"help": "shared (weight-tied) blocks per stage"}
     )
-    recursions: int = field(default=2, metadata={"help": "applications of each shared block"})
+    recursions: int = field(
+        default=2, metadata={"help": "applications each shared block is built (and trained) with; set_depth"
+                                     " chooses how many of them run"},
+    )
     groups: Tuple[Tuple[int, ...], ...] = field(
         default=SLICED_GROUPS,
         metadata={"help": "attention groups per stage and recursion (1 = global attention);"
@@ -78,6 +84,10 @@ class SReTVisionConfig:
     in_chans: int = 3
     num_classes: int = 1000
     lrc: bool = field(default=True, metadata={"help": "learnable residual coefficients (LRC)"})
+    attention_layer: str = field(
+        default=DEFAULT_ATTENTION_LAYER,
+        metadata={"help": "the blocks' attention: a name registered with core.attention.register_attention_layer"},
+    )
     norm_eps: float = 1e-6
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -114,6 +124,7 @@ class SReTVisionConfig:
                 raise ValueError(f"{name} lists {len(getattr(self, name))} stages, embed_dims lists {n}")
         self.schedules()
         check_nll_ratio(self.nll_ratio)
+        check_attention_layer(self.attention_layer)
         for name in ("lrc", "dynamic_img_size"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -211,6 +222,7 @@ class SReT(ClassifierConventions, DepthControl, nn.Module):
                     cfg.embed_dims[s], cfg.num_heads[s], cfg.blocks[s], schedules[s],
                     cfg.mlp_ratio, cfg.nll_ratio, drop_paths[s], lrc=cfg.lrc,
                     norm_eps=cfg.norm_eps, drop_rate=cfg.drop_rate, attn_drop_rate=cfg.attn_drop_rate,
+                    attention_layer=cfg.attention_layer,
                 )
                 for s in range(len(cfg.embed_dims))
             )
