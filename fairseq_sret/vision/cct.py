@@ -29,9 +29,10 @@ from ..core import RecursionSchedule, RecursionSpec, SReTLayerSpec
 from ..core.attention import DEFAULT_ATTENTION_LAYER
 from ..core.depth import DepthControl
 from .conventions import (
-    GLOBAL_POOLS, ClassifierConventions, build_on, check_attention_layer, feature_take_indices, pool_features,
+    GLOBAL_POOLS, ClassifierConventions, build_on, check_attention_layer, check_nll_ratio, feature_take_indices,
+    pool_features,
 )
-from .legacy import check_nll_ratio, translate_nll
+from .legacy import translate_nll
 from .registry import CIFAR10_MEAN, CIFAR10_STD, image_cfg, register_model
 from .sret.layers import _add_pos_embed, _pair, _prepare_input, _tokens_to_map
 from .sret.model import PARTITION

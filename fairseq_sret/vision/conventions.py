@@ -1,4 +1,6 @@
-"""timm's model conventions, shared by the SReT and recursive Mixer classifiers (no timm import).
+"""timm's model conventions, shared by the SReT, CCT and recursive Mixer classifiers (no timm
+import), and the checks of the settings they share (``global_pool``, ``nll_ratio``,
+``attention_layer``).
 
 :class:`ClassifierConventions` gives a model with ``head``, ``num_features``, ``num_classes``
 and ``global_pool`` attributes the methods every timm user calls: ``get_classifier``,
@@ -7,7 +9,9 @@ for the ``indices`` of ``forward_intermediates`` / ``prune_intermediate_layers``
 :func:`build_on` builds a model's tensors on a device (timm's ``device=`` argument).
 """
 
+import math
 from contextlib import contextmanager, nullcontext
+from numbers import Real
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -24,6 +28,12 @@ def check_global_pool(global_pool: str) -> str:
     if global_pool not in GLOBAL_POOLS:
         raise ValueError(f"global_pool must be one of {GLOBAL_POOLS}, got {global_pool!r}")
     return global_pool
+
+
+def check_nll_ratio(value) -> None:
+    """``nll_ratio`` of every model, as the core's specs check it: a finite number >= 0 (0: no NLL)."""
+    if not isinstance(value, Real) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"nll_ratio must be a finite number >= 0 (0: no NLL), got {value!r}")
 
 
 def check_attention_layer(name: str) -> str:

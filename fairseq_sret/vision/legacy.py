@@ -7,9 +7,7 @@ built. The words are the core's: ``nll_ratio`` is the NLL's hidden ratio (0: no 
 run (``set_depth``); a count of unique layers is ``layers``.
 """
 
-import math
 import warnings
-from numbers import Real
 
 #: the NLL ratio that ``nll=True`` meant where the configuration's ratio is 0: the default of
 #: the configurations that had an ``nll`` switch
@@ -62,8 +60,3 @@ def translate_mixer(kwargs: dict) -> dict:
         kwargs["nll_ratio"] = 0.0
     return kwargs
 
-
-def check_nll_ratio(value) -> None:
-    """The rule of the core's specs: a finite number >= 0 (0: no NLL)."""
-    if not isinstance(value, Real) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"nll_ratio must be a finite number >= 0 (0: no NLL), got {value!r}")

@@ -22,8 +22,10 @@ from torch import Tensor, nn
 from ..core import DropPath, FeedForward, LearnableResidual, RecursionSchedule, RecursionSpec
 from ..core.depth import DepthControl
 from ..core.fold import FoldsLRC
-from .conventions import ClassifierConventions, build_on, check_global_pool, feature_take_indices, pool_features
-from .legacy import check_nll_ratio, translate_mixer
+from .conventions import (
+    ClassifierConventions, build_on, check_global_pool, check_nll_ratio, feature_take_indices, pool_features,
+)
+from .legacy import translate_mixer
 from .registry import image_cfg, register_model
 
 Size = Union[int, Tuple[int, int]]

@@ -18,9 +18,10 @@ from ...core import RecursionSchedule
 from ...core.attention import DEFAULT_ATTENTION_LAYER
 from ...core.depth import DepthControl
 from ..conventions import (
-    ClassifierConventions, build_on, check_attention_layer, check_global_pool, feature_take_indices, pool_features,
+    ClassifierConventions, build_on, check_attention_layer, check_global_pool, check_nll_ratio, feature_take_indices,
+    pool_features,
 )
-from ..legacy import check_nll_ratio, translate_nll
+from ..legacy import translate_nll
 from .layers import ConvPooling, ConvStem, PatchStem, RecursiveStage, Size, _add_pos_embed, _pair, _prepare_input
 
 # Groups per stage, one entry per recursion: the paper's final design [8,2][4,1][1,1].
