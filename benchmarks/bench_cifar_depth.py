@@ -94,7 +94,7 @@ def main(argv=None) -> None:
     points, table = [], []
     models = {}  # one model, and one measurement, per model and configuration: rows that differ in training only
     for row in experiment.rows:
-        done = [r["result"] for r in records if r["row"] == row.id and r["status"] == "done"]
+        done = [r.result for r in records if r.row == row.id and r.done]
         if not done:
             table.append((row.title, None))
             continue

@@ -33,17 +33,15 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import mean, median, stdev
-from typing import Dict, List, Optional, Sequence
+from typing import IO, Dict, List, Optional, Sequence
 
-from .. import UserError, pyplot
-from ..outputs import Outputs
+from .. import UserError
 from .experiment_file import ExperimentError, plain_name, select_rows
-from .report import close_rows, done_runs
-from fairseq_sret import json_text
+from .records import ImageRunRecord
+from .report import done_runs
+from .scheduler import ProcessScheduler
 
 #: options the runner sets for each run: a row may not give them
 RUNNER_OPTIONS = ("--data-dir", "--output", "--seed", "--resume", "--force", "--no-save", "--model")
@@ -266,9 +264,18 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
     a time; returns the runs that failed. Arguments the training command would refuse are an
     ExperimentError before any run starts. ``deadline`` (a ``time.time()`` value): no run starts
     after it, and trainings still going then are stopped (they resume from their last epoch)."""
+    check = recorded.check if recorded is not None else DataCheck(data)
+    scheduler = ImageScheduler(experiment, data, output, jobs, check, on_run_done, deadline)
+    scheduler.pending = _pending_runs(experiment, data, output, rows, seeds, recorded, check)
+    scheduler.schedule()
+    return scheduler.failed
+
+
+def _pending_runs(experiment: ImageExperiment, data: str, output: Path, rows, seeds,
+                  recorded: Optional[RecordedRuns], check: "DataCheck") -> List[tuple]:
+    """(row, seed, folder) of each selected run not done yet, its command checked first."""
     from ..train_cifar import check_command
 
-    check = recorded.check if recorded is not None else DataCheck(data)
     pending = []
     for row, seed in experiment.runs(rows, seeds):
         folder = run_folder(output, row, seed)
@@ -284,82 +291,112 @@ def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, j
         except UserError as exc:
             raise ExperimentError(f"{experiment.path}: row {row.id}: {exc}") from None
         pending.append((row, seed, folder))
-    running: Dict[str, tuple] = {}
-    failed = []
-    try:
-        while pending or running:
-            if deadline is not None and time.time() >= deadline:
-                unfinished = [f"{row.id}/seed{seed}" for row, seed, _ in pending] + list(running)
-                _log(f"time limit reached: {len(unfinished)} runs not finished ({', '.join(unfinished)});"
-                     " the same command resumes them")
-                break
-            while pending and len(running) < jobs:
-                row, seed, folder = pending.pop(0)
-                folder.mkdir(parents=True, exist_ok=True)
-                command = train_command(experiment, row, seed, data, folder)
-                log_file = open(folder / "train.log", "a", encoding="utf-8")
-                log_file.write(f"$ {' '.join(shlex.quote(c) for c in command)}\n")
-                log_file.flush()
-                process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-                running[f"{row.id}/seed{seed}"] = (process, log_file, folder, command)
-                _log(f"{row.id}/seed{seed}: training ({'resumed' if '--resume' in command else 'started'}),"
-                     f" log {folder / 'train.log'}")
-            time.sleep(1.0)
-            for name, (process, log_file, folder, command) in list(running.items()):
-                if process.poll() is None:
-                    continue
-                log_file.close()
-                del running[name]
-                if process.returncode == 0 and read_result(folder, command, check) is not None:
-                    _log(f"{name}: done")
-                    if on_run_done:
-                        on_run_done()
-                else:
-                    failed.append(name)
-                    _log(f"{name}: failed (exit {process.returncode}); see {folder / 'train.log'}")
-    finally:
-        for process, log_file, _, _ in running.values():  # interrupted: the runs resume from their last epoch
-            process.terminate()
-            process.wait()
-            log_file.close()
-    return failed
+    return pending
+
+
+@dataclass
+class ImageTraining:
+    """A ``sret-train-cifar`` process the scheduler started."""
+
+    name: str
+    process: subprocess.Popen
+    log_file: IO[str]
+    folder: Path
+    command: List[str]
+
+
+class ImageScheduler(ProcessScheduler[tuple, ImageTraining]):
+    """Trains the pending image runs ``jobs`` at a time (:func:`run_image_experiment`)."""
+
+    def __init__(self, experiment: ImageExperiment, data: str, output: Path, jobs: int, check: "DataCheck",
+                 on_run_done=None, deadline: Optional[float] = None):
+        super().__init__(jobs, deadline)
+        self.experiment, self.data, self.output, self.check = experiment, data, output, check
+        self.on_run_done = on_run_done
+        self.failed: List[str] = []
+
+    def start_next(self) -> bool:
+        row, seed, folder = self.pending.pop(0)
+        folder.mkdir(parents=True, exist_ok=True)
+        command = train_command(self.experiment, row, seed, self.data, folder)
+        log_file = open(folder / "train.log", "a", encoding="utf-8")
+        log_file.write(f"$ {' '.join(shlex.quote(c) for c in command)}\n")
+        log_file.flush()
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        self.running.append(ImageTraining(f"{row.id}/seed{seed}", process, log_file, folder, command))
+        _log(f"{row.id}/seed{seed}: training ({'resumed' if '--resume' in command else 'started'}),"
+             f" log {folder / 'train.log'}")
+        return True
+
+    def reap_ended(self) -> None:
+        for training in list(self.running):
+            if training.process.poll() is None:
+                continue
+            training.log_file.close()
+            self.running.remove(training)
+            if training.process.returncode == 0 and read_result(training.folder, training.command,
+                                                                self.check) is not None:
+                _log(f"{training.name}: done")
+                if self.on_run_done:
+                    self.on_run_done()
+            else:
+                self.failed.append(training.name)
+                _log(f"{training.name}: failed (exit {training.process.returncode}); see"
+                     f" {training.folder / 'train.log'}")
+
+    def stop_running(self) -> None:
+        """Interrupted or at the deadline: the runs resume from their last epoch."""
+        for training in self.running:
+            training.process.terminate()
+            training.process.wait()
+            training.log_file.close()
+        self.running.clear()
+
+    def at_deadline(self) -> None:
+        unfinished = [f"{row.id}/seed{seed}" for row, seed, _ in self.pending] + [t.name for t in self.running]
+        _log(f"time limit reached: {len(unfinished)} runs not finished ({', '.join(unfinished)});"
+             " the same command resumes them")
+        self.stop_running()
 
 
 # ----------------------------------------------------------------------------- results
 def collect(experiment: ImageExperiment, output: Path, data: str,
-            recorded: Optional[RecordedRuns] = None) -> List[dict]:
+            recorded: Optional[RecordedRuns] = None) -> List[ImageRunRecord]:
     """Every run's record: its result and per-epoch history when it finished with the file's
-    settings on ``data`` (in its folder, else among the ``recorded`` runs), else ``status:
-    missing``. A recorded run that does not serve here is never dropped: it is counted as missing,
-    with ``not_matching`` saying why and ``recorded`` the record the results file keeps (once its
-    run is done again here, it is among :func:`earlier_records`)."""
+    settings on ``data`` (in its folder, else among the ``recorded`` runs), else ``missing``. A
+    recorded run that does not serve here is never dropped: it is counted as missing, with
+    ``not_matching`` saying why and ``recorded`` the record the results file keeps (once its run
+    is done again here, it is among :func:`earlier_records`)."""
     check = recorded.check if recorded is not None else DataCheck(data)
-    records = []
-    for row, seed in experiment.runs():
-        folder = run_folder(output, row, seed)
-        command = train_command(experiment, row, seed, data, folder)
-        result = read_result(folder, command, check)
-        history = []
-        why = recorded.why_not(row, seed, command) if recorded is not None else ""
-        if result is not None:
-            try:
-                log = (folder / "log.jsonl").read_text(encoding="utf-8")
-                history = [json.loads(line) for line in log.splitlines()]
-            except (OSError, ValueError):
-                pass
-            if why:  # done again here: the recorded run is kept among the earlier ones
-                recorded.replaced[f"{row.id}/seed{seed}"] = dict(recorded.record(row, seed), not_matching=why)
-        elif recorded is not None:
-            if why is None:
-                record = recorded.record(row, seed)
-                result, history = record["result"], list(record.get("history") or [])
-            elif why:  # counted as missing; the results file keeps it as recorded
-                records.append({"row": row.id, "seed": seed, "status": "missing", "result": None, "history": [],
-                                "not_matching": why, "recorded": recorded.record(row, seed)})
-                continue
-        records.append({"row": row.id, "seed": seed, "status": "done" if result else "missing",
-                        "result": result, "history": history})
-    return records
+    return [_run_record(experiment, output, data, row, seed, recorded, check) for row, seed in experiment.runs()]
+
+
+def _run_record(experiment: ImageExperiment, output: Path, data: str, row: ImageRow, seed: int,
+                recorded: Optional[RecordedRuns], check: "DataCheck") -> ImageRunRecord:
+    folder = run_folder(output, row, seed)
+    command = train_command(experiment, row, seed, data, folder)
+    result = read_result(folder, command, check)
+    why = recorded.why_not(row, seed, command) if recorded is not None else ""
+    if result is not None:
+        if why:  # done again here: the recorded run is kept among the earlier ones
+            recorded.replaced[f"{row.id}/seed{seed}"] = dict(recorded.record(row, seed), not_matching=why)
+        return ImageRunRecord(row.id, seed, "done", result, _history(folder))
+    if recorded is not None and why is None:
+        record = recorded.record(row, seed)
+        return ImageRunRecord(row.id, seed, "done" if record["result"] else "missing", record["result"],
+                              list(record.get("history") or []))
+    if recorded is not None and why:  # counted as missing; the results file keeps it as recorded
+        return ImageRunRecord(row.id, seed, "missing", None, [], not_matching=why, recorded=recorded.record(row, seed))
+    return ImageRunRecord(row.id, seed, "missing")
+
+
+def _history(folder: Path) -> List[dict]:
+    """The run's per-epoch log (``log.jsonl``); empty where it does not read."""
+    try:
+        log = (folder / "log.jsonl").read_text(encoding="utf-8")
+        return [json.loads(line) for line in log.splitlines()]
+    except (OSError, ValueError):
+        return []
 
 
 def earlier_records(recorded: Optional[RecordedRuns]) -> List[dict]:
@@ -368,213 +405,3 @@ def earlier_records(recorded: Optional[RecordedRuns]) -> List[dict]:
     if recorded is None:
         return []
     return recorded.earlier + [r for r in recorded.replaced.values() if r not in recorded.earlier]
-
-
-def _top1(result: dict, ema: bool = False) -> Optional[float]:
-    test = result.get("test_ema" if ema else "test") or {}
-    if not test:
-        return None
-    return next(iter(test.values()))["acc1"]  # the full depth comes first
-
-
-def _val_top1(record: dict) -> Optional[float]:
-    """The run's validation top-1 (the last epoch's, from its ``log.jsonl``): what decides
-    which rows get a further seed or a longer run; the test split is only reported."""
-    scores = [h["val_acc1"] for h in record.get("history") or [] if "val_acc1" in h]
-    return scores[-1] if scores else (record.get("result") or {}).get("val")
-
-
-def _mean_std(values: Sequence[float]) -> str:
-    if not values:
-        return "missing"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{mean(values):.2f} ± {stdev(values):.2f}"
-
-
-def _cpu_seconds(done: Sequence[dict]) -> str:
-    """Training CPU seconds of a row's finished runs, a mean per processor named beside it
-    (seconds of different processors are not comparable)."""
-    by_cpu: Dict[str, List[float]] = {}
-    for result in done:
-        by_cpu.setdefault(result["cpu"], []).append(result["cpu_seconds"])
-    return "; ".join(f"{mean(seconds):,.0f} ({cpu})" for cpu, seconds in by_cpu.items())
-
-
-def epoch_cpu_seconds(record: dict) -> Dict[str, float]:
-    """A finished run's CPU seconds per epoch, by processor: the median of its epochs on each
-    (from the cumulative seconds its ``log.jsonl`` records; an epoch logged without a processor
-    counts under the run's when it names one only). Without a log: its mean epoch."""
-    result = record["result"]
-    cpu = result.get("cpu") or ""
-    single = cpu if cpu and " + " not in cpu else None
-    by_cpu: Dict[str, List[float]] = {}
-    before = 0.0
-    for h in record.get("history") or []:
-        if "cpu_seconds" not in h:
-            continue
-        name = h.get("cpu", single)
-        if name is not None:
-            by_cpu.setdefault(name, []).append(h["cpu_seconds"] - before)
-        before = h["cpu_seconds"]
-    if not by_cpu and single is not None and result.get("epochs"):
-        return {single: result["cpu_seconds"] / result["epochs"]}
-    return {name: median(seconds) for name, seconds in by_cpu.items()}
-
-
-def row_epoch_cpu_seconds(records: Sequence[dict]) -> Dict[str, List[float]]:
-    """Processor -> the per-epoch CPU seconds (:func:`epoch_cpu_seconds`) of a row's finished runs on it."""
-    by_cpu: Dict[str, List[float]] = {}
-    for record in records:
-        for name, seconds in epoch_cpu_seconds(record).items():
-            by_cpu.setdefault(name, []).append(seconds)
-    return by_cpu
-
-
-def _median_range(values: Sequence[float], digits: int = 1) -> str:
-    if len(values) == 1:
-        return f"{values[0]:,.{digits}f}"
-    return f"{median(values):,.{digits}f} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
-
-
-def _epoch_cpu_cell(records: Sequence[dict]) -> str:
-    """Median (min-max) over a row's runs of their per-epoch CPU seconds, per processor named beside it."""
-    return "; ".join(f"{_median_range(seconds)} ({cpu}, {len(seconds)} run{'s' if len(seconds) > 1 else ''})"
-                     for cpu, seconds in row_epoch_cpu_seconds(records).items())
-
-
-def cpu_time_ratios(experiment: ImageExperiment, records: List[dict]) -> List[str]:
-    """The report's lines on each row's training CPU time against the first row's, per processor
-    both trained on: the ratio of their median per-epoch CPU seconds, and the range of the ratio
-    the runs allow (slowest over fastest, either way)."""
-    done = {row.id: [r for r in records if r["row"] == row.id and r["status"] == "done"] for row in experiment.rows}
-    reference = experiment.rows[0].id
-    base = row_epoch_cpu_seconds(done[reference])
-    found = []
-    for row in experiment.rows[1:]:
-        for cpu, seconds in row_epoch_cpu_seconds(done[row.id]).items():
-            if cpu not in base:
-                continue
-            ratio = median(seconds) / median(base[cpu])
-            low, high = min(seconds) / max(base[cpu]), max(seconds) / min(base[cpu])
-            spread = f" ({low:.2f}-{high:.2f})" if low != high else ""
-            found.append(f"| `{row.id}` | {cpu} | {len(seconds)}, {len(base[cpu])} | {ratio:.2f}{spread} |")
-    if not found:
-        return []
-    return ["", f"Training CPU time against `{reference}`, per processor both trained on: the ratio of the median"
-                " per-epoch CPU seconds of their runs there (in brackets, the range the runs allow):", "",
-            f"| row | processor | runs (row, `{reference}`) | CPU time, ratio (range) |", "|---|---|---|---|"] + found
-
-
-def _rows_seeds_cannot_tell_apart(experiment: ImageExperiment, records: List[dict]) -> List[str]:
-    """The report's lines on rows whose validation top-1 means lie within 2 standard deviations of
-    each other: a further seed is due, or the pair stays open where both rows have the
-    experiment's ``max_seeds``. Decided on validation, never test, scores."""
-    rows = []
-    for row in experiment.rows:
-        val = [v for v in (_val_top1(r) for r in records if r["row"] == row.id and r["status"] == "done")
-               if v is not None]
-        rows.append({"id": row.id, "stats": {"val_top1": {"mean": mean(val) if val else None, "n": len(val),
-                                                          "std": stdev(val) if len(val) > 1 else None}}})
-    return close_rows(rows, [("val_top1", "validation top-1")], experiment.max_seeds)
-
-
-def _not_matching_lines(records: Sequence[dict], earlier: Sequence[dict]) -> List[str]:
-    """The report's lines on the recorded runs it keeps but does not count, each with why."""
-    kept = [r for r in records if r.get("not_matching")]
-    if not kept and not earlier:
-        return []
-    lines = ["", "Recorded runs kept in the JSON but not counted above (they do not match this command's data or"
-                 " settings):"]
-    lines += [f"- {r['row']}/seed{r['seed']}: {r['not_matching']}" for r in kept]
-    lines += [f"- {r.get('row')}/seed{r.get('seed')} (done again since): {r.get('not_matching', 'replaced')}"
-              for r in earlier]
-    return lines
-
-
-def write_image_results(experiment: ImageExperiment, records: List[dict], results: Path, command: str,
-                        force: bool = False, earlier: Sequence[dict] = ()) -> Dict[str, Path]:
-    """``RESULTS/NAME.json``, ``NAME.md`` and ``NAME_curves.png`` from the runs' folders; files
-    in the way that this experiment did not write are refused unless ``force``. Recorded runs
-    that do not serve here (``not_matching``, and ``earlier``: those done again since) stay in
-    the JSON as recorded and are listed, with why, below the table, which counts none of them."""
-    stored = [dict(r["recorded"], not_matching=r["not_matching"]) if r.get("recorded") else r for r in records]
-    results = Path(results)
-    outputs = Outputs("sret-experiments", force=force, settings={"experiment": experiment.name})
-    paths = {"md": results / f"{experiment.name}.md", "json": results / f"{experiment.name}.json",
-             "curves": results / f"{experiment.name}_curves.png"}
-
-    def ours(_path: Path) -> bool:
-        """Results of this experiment, recognised by the JSON that names it (a clone has no manifest)."""
-        try:
-            return json.loads(paths["json"].read_text(encoding="utf-8")).get("experiment") == experiment.name
-        except (OSError, ValueError, AttributeError):
-            return False
-
-    outputs.check(paths.values(), own=ours)
-    lines = [f"# {experiment.title}", "", f"Written by `{command}` from `{experiment.path}`.", ""]
-    if experiment.notes:
-        lines += [experiment.notes, ""]
-    lines += ["| row | model | parameters | MACs | training CPU s | CPU s per epoch, median (range) of runs | epochs |"
-              " validation top-1 (%) | test top-1 (%) | EMA test top-1 (%) | seeds (top-1) | depth 1 top-1 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in experiment.rows:
-        done_records = [r for r in records if r["row"] == row.id and r["status"] == "done"]
-        done = [r["result"] for r in done_records]
-        missing = [str(r["seed"]) for r in records if r["row"] == row.id and r["status"] != "done"]
-        if not done:
-            lines.append(f"| {row.title} | `{row.model}` | | | | | | | missing (seeds {', '.join(missing)}) | | | |")
-            continue
-        first = done[0]
-        top1 = [_top1(r) for r in done]
-        ema = [v for v in (_top1(r, True) for r in done) if v is not None]
-        depth1 = [r["test"]["depth1"]["acc1"] for r in done if "depth1" in r["test"] and len(r["test"]) > 1]
-        val = [v for v in map(_val_top1, done_records) if v is not None]
-        seeds_text = ", ".join(f"{r['seed']}: {_top1(r['result']):.2f}" for r in records
-                               if r["row"] == row.id and r["status"] == "done")
-        if missing:
-            seeds_text += f"; missing: {', '.join(missing)}"
-        lines.append(
-            f"| {row.title} | `{row.model}` | {first['params']:,} | {first['macs'] / 1e6:.1f}M |"
-            f" {_cpu_seconds(done)} | {_epoch_cpu_cell(done_records)} | {first['epochs']} |"
-            f" {_mean_std(val) if val else ''} | {_mean_std(top1)} |"
-            f" {_mean_std(ema) if ema else ''} | {seeds_text} | {_mean_std(depth1) if depth1 else ''} |")
-    lines += _rows_seeds_cannot_tell_apart(experiment, records)
-    lines += cpu_time_ratios(experiment, records)
-    lines += _not_matching_lines(stored, earlier)
-    cpus = sorted({r["result"]["cpu"] for r in records if r["status"] == "done"})
-    lines += ["", f"Processors: {', '.join(cpus) or 'none yet'}; one thread per run, fp32. Training CPU seconds"
-              " compare rows of one processor only. Validation top-1 is the last epoch's, on the images held out of"
-              " train: further seeds and longer runs are decided on it; the test split is evaluated once per run, at"
-              " its end."]
-    outputs.write_text(paths["md"], "\n".join(lines) + "\n", own=ours)
-    written = {"experiment": experiment.name, "command": command, "runs": stored}
-    if earlier:
-        written["earlier_runs"] = list(earlier)
-    outputs.write_text(paths["json"], json_text.dumps(written, indent=1) + "\n", own=ours)
-    curves = [r for r in records if r["history"]]
-    if curves:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        colours = {row.id: f"C{i}" for i, row in enumerate(experiment.rows)}
-        titles = {row.id: row.title for row in experiment.rows}
-        labelled = set()
-        for r in curves:
-            points = [(h["epoch"] + 1, h["val_acc1"]) for h in r["history"] if "val_acc1" in h]
-            if not points:
-                continue
-            ax.plot(*zip(*points), color=colours[r["row"]], lw=1.2,
-                    label=None if r["row"] in labelled else titles[r["row"]])
-            labelled.add(r["row"])
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("validation top-1 (%, held out of train)")
-        ax.set_title(experiment.title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        with outputs.writing(paths["curves"], own=ours) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-        plt.close(fig)
-    else:
-        del paths["curves"]
-    return paths

@@ -43,7 +43,7 @@ class NothingToAverage(RuntimeError):
     """A ``lastN`` evaluation of a run that saved no checkpoint of that kind (a short run)."""
 
 
-def _checkpoint_for(kind: str, paths: RunPaths, train: Optional[dict] = None) -> Path:
+def checkpoint_for(kind: str, paths: RunPaths, train: Optional[dict] = None) -> Path:
     """The checkpoint file of ``kind`` (``best``, ``last``, ``lastN``: averaged here once).
     ``train``: the run's summary; a run trained past the epoch at which ``--patience`` stops it
     is read as of that epoch: ``best`` its best epoch's checkpoint, ``lastN`` the N epoch
@@ -94,7 +94,7 @@ def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool =
     results: Dict[str, Dict[str, dict]] = {}
     for kind in ev.checkpoints:
         try:
-            checkpoint = _checkpoint_for(kind, paths, train)
+            checkpoint = checkpoint_for(kind, paths, train)
         except NothingToAverage as exc:
             log(f"{paths.root}: '{kind}' not evaluated: {exc}")
             if skipped is not None:
@@ -147,7 +147,7 @@ def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: d
         record["curve"] = [points[e] for e in sorted(points)]
         write_record(paths, record)
     keep = set(wanted) | set(counted[-last_epochs_averaged(experiment):])
-    if until is not None:  # a cut run's best and last are epoch checkpoints (:func:`_checkpoint_for`)
+    if until is not None:  # a cut run's best and last are epoch checkpoints (:func:`checkpoint_for`)
         keep |= {record["train"].get("best_epoch"), until}
     for epoch in saved:
         if epoch not in keep:

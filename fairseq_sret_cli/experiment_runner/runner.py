@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Dict, List, Optional
 
-from .. import log as lab_log, sigterm_as_interrupt
+from .. import log as lab_log
 from .commands import convert_teacher, portable, train_command
 from ..hardware import device_name
 from .cpu_time import CpuTrace, add_cpu_seconds, add_training_device, is_running, reap
 from .experiment_file import Experiment, ExperimentError, Run
-from .run_evaluation import _checkpoint_for, evaluate_curve, evaluate_run, model_facts
+from .run_evaluation import checkpoint_for, evaluate_curve, evaluate_run, model_facts
 from .run_folder import RunPaths, read_record, run_paths, trained_anything, uptrained_checkpoint, write_record
 from .settings import (SettingsChanged, check_run_folder, collect_records, finished_record, run_config, run_settings,
                        settings_fingerprint, settle_start_over)
 from .training import converged_by_log, summarise_training
+from .scheduler import ProcessScheduler
 from .training_log import parse_training_log, validations_without_improvement
 
 #: how often the runner reads a running training's log for :func:`~.training_log.stopping_epoch`
@@ -84,21 +85,22 @@ class Training:
     converged: bool = False  # stopped here because its log met --patience
 
 
-class Scheduler:
+class Scheduler(ProcessScheduler[Run, Training]):
     """Trains the runs not done yet ``jobs`` at a time and evaluates each as it ends
     (:func:`run_experiment` says how)."""
+
+    poll_seconds = 0.5
 
     def __init__(self, experiment: Experiment, data: str, output, jobs: int = 1, cpu: bool = False,
                  max_update: Optional[int] = None, max_epoch: Optional[int] = None, progress_interval: float = 60.0,
                  env: Optional[dict] = None, on_run_done: Optional[Callable[[Run, dict], None]] = None,
                  known: Optional[Dict[str, dict]] = None, deadline: Optional[float] = None, force: bool = False):
+        super().__init__(jobs, deadline)
         self.experiment, self.data, self.output = experiment, data, Path(output)
-        self.jobs, self.cpu, self.max_update, self.max_epoch = jobs, cpu, max_update, max_epoch
+        self.cpu, self.max_update, self.max_epoch = cpu, max_update, max_epoch
         self.progress_interval, self.on_run_done, self.known = progress_interval, on_run_done, known
-        self.deadline, self.force = deadline, force
+        self.force = force
         self.env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
-        self.pending: List[Run] = []
-        self.running: List[Training] = []
         self.failures: List[str] = []  # runs whose training, uptraining or evaluation failed
         self.stopped: List[str] = []  # runs left unfinished at the deadline
         self.last_progress = 0.0
@@ -107,12 +109,7 @@ class Scheduler:
         self.pending = self._pending_runs()
         self._check_run_folders()
         self.last_progress = time.time()
-        with sigterm_as_interrupt():
-            try:
-                self._loop()
-            except KeyboardInterrupt:
-                self._stop_trainings()
-                raise
+        self.schedule()
         if self.failures:
             why = ("the log above says why: a run started over with --force has its earlier files back, so"
                    " its run.json and train.log are the earlier run's" if self.force
@@ -156,30 +153,20 @@ class Scheduler:
     def _config(self, run: Run) -> dict:
         return run_config(self.experiment, run, self.max_update, self.max_epoch)
 
-    def _loop(self) -> None:
-        while self.pending or self.running:
-            if self.deadline is not None and time.time() >= self.deadline:
-                self._stop_at_deadline()
-                return
-            self._start_trainings()
-            time.sleep(0.5)
-            self._watch()
-            self._reap_ended()
-
-    def _stop_at_deadline(self) -> None:
-        self._stop_trainings()
+    def at_deadline(self) -> None:
+        self.stop_running()
         self.stopped += [run.name for run in self.pending]
         log(f"time limit reached: {len(self.stopped)} runs not finished ({', '.join(self.stopped)});"
             " run the same command again to continue")
 
     # ------------------------------------------------------------ starting
-    def _start_trainings(self) -> None:
-        while len(self.running) < max(1, self.jobs):
-            run = self._next_run()
-            if run is None:
-                return
-            self.pending.remove(run)
-            self._start(run)
+    def start_next(self) -> bool:
+        run = self._next_run()
+        if run is None:
+            return False
+        self.pending.remove(run)
+        self._start(run)
+        return True
 
     def _next_run(self) -> Optional[Run]:
         """The first pending run free to start: an uptrained run waits for its teacher run when
@@ -237,7 +224,7 @@ class Scheduler:
         self.running.append(Training(run, paths, process, log_file, time.time(), trace))
 
     # ------------------------------------------------------------ watching
-    def _watch(self) -> None:
+    def watch(self) -> None:
         """Sample the CPU traces, stop the trainings that met ``--patience``, and every
         ``progress_interval`` seconds say how each training goes."""
         for training in self.running:
@@ -264,7 +251,7 @@ class Scheduler:
                 training.process.terminate()
 
     # ------------------------------------------------------------ ending
-    def _reap_ended(self) -> None:
+    def reap_ended(self) -> None:
         """Evaluate each training that has ended, or record it as failed."""
         still = []
         for training in self.running:
@@ -298,7 +285,7 @@ class Scheduler:
         self._fail(run, paths, record, returncode=code)
         settle_start_over(paths)  # --force: an earlier run its first checkpoint did not replace is kept
 
-    def _stop_trainings(self) -> None:
+    def stop_running(self) -> None:
         """Stop every running training; each resumes from its last checkpoint next time."""
         for training in self.running:
             training.process.terminate()
@@ -337,13 +324,11 @@ class Scheduler:
 
     def _evaluate(self, run: Run, paths: RunPaths, record: dict, skipped: Dict[str, str]) -> None:
         train = record["train"]
-        record["model"] = model_facts(_checkpoint_for("best", paths, train))
+        record["model"] = model_facts(checkpoint_for("best", paths, train))
         record["eval"] = evaluate_run(self.experiment, paths, self.data, cpu=self.cpu, row=run.row, skipped=skipped,
                                       train=train)
         if self.experiment.evaluation.curve_every:
             evaluate_curve(self.experiment, paths, self.data, record, cpu=self.cpu)
-
-
 
 
 def _progress_line(run: Run, paths: RunPaths, started: float, patience: int = 0) -> str:

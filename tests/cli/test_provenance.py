@@ -75,10 +75,10 @@ def test_a_finished_image_run_is_done_only_on_the_data_it_was_computed_on(images
     common = [str(path), "--output", str(tmp_path / "runs"), "--results", str(tmp_path / "res")]
     assert experiments.main([*common, "--data", str(images)]) == 0
     experiment = parse_image_experiment(json.loads(path.read_text()), str(path))
-    assert [r["status"] for r in collect(experiment, tmp_path / "runs", str(images))] == ["done"]
+    assert [r.status for r in collect(experiment, tmp_path / "runs", str(images))] == ["done"]
     # another data set given for the same run folder: not done, and its scores are nobody's
     other = write_images(tmp_path / "other", classes=("c", "d"))
-    assert [r["status"] for r in collect(experiment, tmp_path / "runs", str(other))] == ["missing"]
+    assert [r.status for r in collect(experiment, tmp_path / "runs", str(other))] == ["missing"]
     capsys.readouterr()
     assert experiments.main([*common, "--data", str(other)]) == 1  # sret-train-cifar refuses the folder's run
     assert "done already" not in capsys.readouterr().err

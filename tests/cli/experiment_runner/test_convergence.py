@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner, training_summary
-from fairseq_sret_cli.experiment_runner.run_evaluation import _checkpoint_for
+from fairseq_sret_cli.experiment_runner.run_evaluation import checkpoint_for
 from fairseq_sret_cli.experiment_runner.run_folder import RunPaths, read_record, run_paths, write_record
 from fairseq_sret_cli.experiment_runner.settings import finished_record, run_settings
 from fairseq_sret_cli.experiment_runner.training import refresh_training, summarise_training
@@ -70,13 +70,13 @@ def test_a_cut_run_is_evaluated_as_of_its_stopping_epoch(tmp_path, monkeypatch):
     monkeypatch.setattr("fairseq_sret.checkpoints.save_checkpoint",
                         lambda names, target: (averaged.append(names), target.write_text("avg")))
     train = {"best_epoch": 7, "stopped_at_epoch": 10, "epochs_trained": 12}
-    assert _checkpoint_for("best", paths, train).name == "checkpoint7.pt"
-    assert _checkpoint_for("last", paths, train).name == "checkpoint10.pt"
-    assert _checkpoint_for("last3", paths, train).name == "checkpoint.last3.to10.pt"
+    assert checkpoint_for("best", paths, train).name == "checkpoint7.pt"
+    assert checkpoint_for("last", paths, train).name == "checkpoint10.pt"
+    assert checkpoint_for("last3", paths, train).name == "checkpoint.last3.to10.pt"
     assert averaged == [["checkpoint10.pt", "checkpoint9.pt", "checkpoint8.pt"]]
-    assert _checkpoint_for("last3", paths).name == "checkpoint.last3.pt"
+    assert checkpoint_for("last3", paths).name == "checkpoint.last3.pt"
     assert averaged[-1] == ["checkpoint12.pt", "checkpoint11.pt", "checkpoint10.pt"]
-    assert _checkpoint_for("best", paths, {"best_epoch": 7, "stopped_at_epoch": 10}).name == \
+    assert checkpoint_for("best", paths, {"best_epoch": 7, "stopped_at_epoch": 10}).name == \
         "checkpoint_best.pt"  # stopped by fairseq itself: its own best
 
 
@@ -92,7 +92,7 @@ def converging(monkeypatch, tmp_path):
                                       "time.sleep(120)"]
 
     def evaluate_run(experiment, paths, data, cpu=False, row=None, skipped=None, train=None):
-        calls["evaluated"].append(_checkpoint_for("best", paths, train).name)
+        calls["evaluated"].append(checkpoint_for("best", paths, train).name)
         return {"best": {"test": {"scores": []}}}
 
     monkeypatch.setattr(runner, "train_command", train_command)

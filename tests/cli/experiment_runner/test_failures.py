@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner
-from fairseq_sret_cli.experiment_runner.run_evaluation import NothingToAverage, _checkpoint_for
+from fairseq_sret_cli.experiment_runner.run_evaluation import NothingToAverage, checkpoint_for
 from fairseq_sret_cli.experiment_runner.run_folder import RunPaths
 from fairseq_sret_cli.experiment_runner.settings import collect_records
 
@@ -23,7 +23,7 @@ def quick_runner(monkeypatch, tmp_path):
         if row.id == "a":
             raise RuntimeError("fairseq-generate failed (exit 1)")
         try:
-            _checkpoint_for("last2", paths)
+            checkpoint_for("last2", paths)
         except NothingToAverage as exc:
             skipped["last2"] = str(exc)
         return {"best": {"test": {"scores": []}}}
@@ -49,4 +49,4 @@ def test_nothing_to_average_is_its_own_error(tmp_path):
     paths = RunPaths(tmp_path)
     paths.checkpoints.mkdir()
     with pytest.raises(NothingToAverage, match=r"no update checkpoints .*\(--save-interval-updates\)"):
-        _checkpoint_for("last3u", paths)
+        checkpoint_for("last3u", paths)

@@ -13,6 +13,7 @@ Image = pytest.importorskip("PIL.Image")
 from fairseq_sret_cli import experiments  # noqa: E402
 from fairseq_sret_cli.experiment_runner import ExperimentError  # noqa: E402
 from fairseq_sret_cli.experiment_runner.image_runs import parse_image_experiment  # noqa: E402
+from fairseq_sret_cli.experiment_runner.records import ImageRunRecord  # noqa: E402
 
 FAST = ("--epochs 1 --batch-size 4 --val-split 4 --max-steps-per-epoch 1 --log-interval 0 --threads 1"
         " --eval-batch-size 8")
@@ -180,11 +181,11 @@ def done_run(row, seed, top1, val=None, epoch_cpu=(10.0,), cpu="a CPU"):
                for i, seconds in enumerate(itertools.accumulate(epoch_cpu))]
     result = {"params": 1, "macs": 1e6, "cpu_seconds": history[-1]["cpu_seconds"], "cpu": cpu,
               "epochs": len(history), "test": {"": {"acc1": top1}}, "val": val}
-    return {"row": row, "seed": seed, "status": "done", "result": result, "history": history}
+    return ImageRunRecord(row, seed, "done", result, history)
 
 
 def test_the_table_names_the_rows_whose_seeds_cannot_tell_them_apart(tmp_path):
-    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+    from fairseq_sret_cli.experiment_runner.report import write_image_results
 
     rows = [{"id": i, "title": i, "model": "sret_cifar"} for i in ("a", "b", "c")]
     experiment = parse_image_experiment(json.loads(experiment_file(tmp_path, rows).read_text()), "ladder.yaml")
@@ -198,7 +199,7 @@ def test_the_table_names_the_rows_whose_seeds_cannot_tell_them_apart(tmp_path):
 
 
 def test_a_close_pair_at_the_study_s_last_seed_is_open_not_due_another(tmp_path):
-    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+    from fairseq_sret_cli.experiment_runner.report import write_image_results
 
     rows = [{"id": i, "title": i, "model": "sret_cifar", "seeds": [1, 2, 3]} for i in ("a", "b", "c")]
     raw = json.loads(experiment_file(tmp_path, rows, max_seeds=3).read_text())
@@ -213,7 +214,7 @@ def test_a_close_pair_at_the_study_s_last_seed_is_open_not_due_another(tmp_path)
 
 
 def test_a_further_seed_is_decided_on_validation_top1_never_on_test(tmp_path):
-    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+    from fairseq_sret_cli.experiment_runner.report import write_image_results
 
     rows = [{"id": i, "title": i, "model": "sret_cifar"} for i in ("a", "b", "c")]
     experiment = parse_image_experiment(json.loads(experiment_file(tmp_path, rows).read_text()), "ladder.yaml")
@@ -228,22 +229,23 @@ def test_a_further_seed_is_decided_on_validation_top1_never_on_test(tmp_path):
 
 
 def test_epoch_cpu_seconds_are_the_median_epoch_of_each_processor():
-    from fairseq_sret_cli.experiment_runner.image_runs import epoch_cpu_seconds
+    from fairseq_sret_cli.experiment_runner.report import epoch_cpu_seconds
 
     run = done_run("a", 1, 70.0, epoch_cpu=(10.0, 30.0, 12.0, 11.0))
     assert epoch_cpu_seconds(run) == {"a CPU": 11.5}  # the slow epoch does not move it
     # epochs logged before processors were: the run's processor when it names one only
-    for h in run["history"]:
+    for h in run.history:
         del h["cpu"]
     assert epoch_cpu_seconds(run) == {"a CPU": 11.5}
-    run["result"]["cpu"] = "X + Y"
-    run["history"][-1]["cpu"] = "Y"
+    run.result["cpu"] = "X + Y"
+    run.history[-1]["cpu"] = "Y"
     assert epoch_cpu_seconds(run) == {"Y": 11.0}  # the unnamed epochs of a resumed run are nobody's
-    assert epoch_cpu_seconds({**run, "history": []}) == {}
+    run.history = []
+    assert epoch_cpu_seconds(run) == {}
 
 
 def test_cpu_time_is_the_median_and_range_of_runs_on_one_processor(tmp_path):
-    from fairseq_sret_cli.experiment_runner.image_runs import write_image_results
+    from fairseq_sret_cli.experiment_runner.report import write_image_results
 
     rows = [{"id": i, "title": i, "model": "sret_cifar", "seeds": [1, 2, 3]} for i in ("a", "b", "c")]
     experiment = parse_image_experiment(json.loads(experiment_file(tmp_path, rows).read_text()), "ladder.yaml")
