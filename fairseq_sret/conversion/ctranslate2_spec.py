@@ -28,7 +28,8 @@ exactly SReT's function; otherwise each LayerNorm's epsilon is off by up to the 
 :attr:`CT2Spec.epsilon_spread` ** 0.5, which changes its output by about
 ``|eps_used - eps_asked| / (2 var)`` relative (``var`` the variance it normalises) and is
 recorded, not hidden. Refused, with one line naming it: sliced group attention with more
-than one group (CTranslate2's attention attends over the whole sequence), an NLL in a
+than one group (CTranslate2's attention attends over the whole sequence), an attention layer
+other than the default (``--attention-layer``), an NLL in a
 post-LN model (CTranslate2's post-LN layers normalise after the residual, the NLL before),
 a skip scale of 0, activations CTranslate2 lacks or two activations on one side, sides
 without token positions.
@@ -46,6 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.attention import DEFAULT_ATTENTION_LAYER, attention_layer
 from ..core.residual import FoldedResidual, LearnableResidual
 
 #: our activation names -> CTranslate2's ``common_spec.Activation`` member names
@@ -206,6 +208,10 @@ def _unrolled(side_name: str, module: nn.Module) -> List[Tuple[str, nn.Module, s
         recursive = getattr(layer, "recursive", None)
         if recursive is None:
             raise CT2ExportError(f"{side_name} layer {i}: not an SReT layer ({type(layer).__name__})")
+        attention = type(recursive.layer.self_attn)
+        if attention is not attention_layer(DEFAULT_ATTENTION_LAYER):
+            raise CT2ExportError(f"{side_name} layer {i}: its attention layer is {attention.__name__}; CTranslate2 computes"
+                                 f" the {DEFAULT_ATTENTION_LAYER} attention only (--attention-layer {DEFAULT_ATTENTION_LAYER})")
         for step in recursive.schedule.running():
             where = f"{side_name} layer {i}, application {step.index + 1}"
             if step.groups > 1:

@@ -6,6 +6,8 @@ applications the layers were built (and trained) with and ``{side}_depth`` how m
 (None: all of them): depth on demand, chosen at load time with
 ``from_pretrained(dir, encoder_depth=1)``; ``nll_ratio`` 0 means no NLL. They differ in:
 
+- ``attention_layer``: the attention layer of every block, by the name it is registered under
+  (:func:`~fairseq_sret.core.register_attention_layer`; fairseq's ``--attention-layer``);
 - ``lrc`` is fairseq's ``not no_lrc``; ``{side}_normalize_before`` already takes ``--post-ln``
   into account;
 - ``mixed_depth`` records the ``--mixed-depth`` terms of the training criterion ("" when it
@@ -27,7 +29,8 @@ import typing
 from transformers import PretrainedConfig
 
 from ..core import (
-    EncoderDecoderSpec, RecursionSchedule, RecursionSpec, SideSpec, SReTLayerSpec, check_depth, get_activation,
+    ATTENTION_LAYERS, EncoderDecoderSpec, RecursionSchedule, RecursionSpec, SideSpec, SReTLayerSpec, check_depth,
+    get_activation,
 )
 
 SIDES = ("encoder", "decoder")
@@ -64,6 +67,7 @@ class SReTConfig(PretrainedConfig):
     decoder_partition: str = "auto"
     nll_ratio: float = 1.0
     lrc: bool = True
+    attention_layer: str = "sliced_group"
     encoder_normalize_before: bool = True
     decoder_normalize_before: bool = True
     no_decoder_final_norm: bool = False
@@ -124,6 +128,9 @@ class SReTConfig(PretrainedConfig):
                 f" decoder_vocab_size={self.decoder_vocab_size}"
             )
         get_activation(self.activation_fn)
+        if self.attention_layer not in ATTENTION_LAYERS:
+            raise ValueError(f"attention_layer {self.attention_layer!r} is not a registered attention layer"
+                             f" (registered: {ATTENTION_LAYERS.names()}); register it before loading the model")
         for side in SIDES:  # the rest, in the core's words (RecursionSpec.dropout, ...)
             read_side_spec(self, side)
 
@@ -180,6 +187,6 @@ def read_side_spec(config: SReTConfig, side: str) -> SideSpec:
         recursion=recursion, num_heads=getattr(config, f"{side}_attention_heads"),
         ffn_dim=getattr(config, f"{side}_ffn_embed_dim"), causal=side == "decoder",
         cross_attention=side == "decoder", normalize_before=getattr(config, f"{side}_normalize_before"),
-        attention_dropout=config.attention_dropout,
+        attention_dropout=config.attention_dropout, attention=config.attention_layer,
     )
     return SideSpec(layer=layer, layers=getattr(config, f"{side}_layers"))

@@ -39,6 +39,7 @@ from torch import Tensor
 from .. import __version__
 from ..checkpoints import load_checkpoint
 from ..conversion.depth_options import upgrade_depth_options
+from ..core.attention import DEFAULT_ATTENTION_LAYER
 from .configuration import SReTConfig
 from .tokenization import dictionary_fingerprint, file_fingerprint, read_fairseq_dictionary, tokenizer_fingerprints
 from .. import json_text
@@ -122,6 +123,7 @@ def sret_config(state: dict, options: Namespace, vocab_sizes: Tuple[int, int], s
     values = dict(
         vocab_size=vocab_sizes[0], decoder_vocab_size=vocab_sizes[1],
         nll_ratio=float(read("nll_ratio")), lrc=not read("no_lrc"), activation_fn=read("activation_fn"),
+        attention_layer=str(getattr(options, "attention_layer", None) or DEFAULT_ATTENTION_LAYER),
         dropout=float(read("dropout")), attention_dropout=float(read("attention_dropout")),
         activation_dropout=float(read("activation_dropout") or getattr(options, "relu_dropout", 0) or 0.0),
         max_source_positions=int(read("max_source_positions")), max_target_positions=int(read("max_target_positions")),

@@ -8,6 +8,7 @@ from typing import Optional
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models.transformer import base_architecture
 
+from ...core.attention import DEFAULT_ATTENTION_LAYER
 from ...core.partition import PARTITION_MODES
 
 
@@ -55,6 +56,12 @@ class SReTOptions(FairseqDataclass):
     )
     no_lrc: bool = field(
         default=False, metadata={"help": "plain residual connections instead of LRC"}
+    )
+    attention_layer: str = field(
+        default=DEFAULT_ATTENTION_LAYER,
+        metadata={"help": "the attention layer of every block, by the name it is registered under"
+                  " (fairseq_sret.core.register_attention_layer; a module that registers one is imported"
+                  " first, e.g. from --user-dir)"},
     )
     post_ln: bool = field(
         default=False, metadata={"help": "post-LN layers (fairseq's transformer default) instead"

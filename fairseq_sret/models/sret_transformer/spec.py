@@ -14,7 +14,9 @@ words first (:func:`~.trained_depth.upgrade_depth_options`).
 
 import math
 
-from ...core import EncoderDecoderSpec, RecursionSchedule, RecursionSpec, SideSpec, SReTLayerSpec, get_activation
+from ...core import (
+    ATTENTION_LAYERS, EncoderDecoderSpec, RecursionSchedule, RecursionSpec, SideSpec, SReTLayerSpec, get_activation,
+)
 
 SIDES = ("encoder", "decoder")
 
@@ -56,6 +58,7 @@ def read_side_spec(args, side: str) -> SideSpec:
         cross_attention=side == "decoder" and not getattr(args, "no_cross_attention", False),
         normalize_before=(not args.post_ln) and getattr(args, f"{side}_normalize_before"),
         attention_dropout=args.attention_dropout,
+        attention=args.attention_layer,
     )
     return SideSpec(layer=layer, layers=getattr(args, f"{side}_layers"))
 
@@ -126,6 +129,9 @@ def check_model_options(args) -> None:
         value = getattr(args, name, None) or 0.0
         if not 0.0 <= value < 1.0:
             raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
+    if args.attention_layer not in ATTENTION_LAYERS:
+        raise ValueError(f"--attention-layer {args.attention_layer!r} is not a registered attention layer (registered:"
+                         f" {ATTENTION_LAYERS.names()})")
     try:
         get_activation(args.activation_fn)
     except ValueError as exc:
