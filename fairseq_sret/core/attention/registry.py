@@ -29,7 +29,7 @@ class Registry:
 
     def unregister(self, name: str) -> None:
         """Remove ``name`` (a part registered for a while, as a test's)."""
-        self[name]
+        self[name]  # ValueError when not registered
         del self._parts[name]
 
     def __getitem__(self, name: str) -> Callable:

@@ -108,7 +108,8 @@ class SlicedGroupAttention(nn.Module):
 
     def __setstate__(self, state) -> None:
         super().__setstate__(state)
-        follow_fast_paths(self, read_now=False)  # a copy keeps its choices and follows changes
+        # a copy keeps its choices and follows changes; one pickled before it had any reads them
+        follow_fast_paths(self, read_now="one_query_matmul" not in state)
 
     def reset_parameters(self) -> None:
         """fairseq's initialisation: Xavier-uniform per q/k/v block (gain 1/sqrt 2), zero biases."""
