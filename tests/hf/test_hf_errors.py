@@ -126,3 +126,17 @@ def test_a_generation_config_without_a_length_limit_generates(folder, tmp_path):
     model = AutoModelForSeq2SeqLM.from_pretrained(plain)
     batch = AutoTokenizer.from_pretrained(plain)(["ein Hund"], return_tensors="pt")
     assert model.generate(**batch).shape[0] == 1
+
+
+@pytest.mark.reliability("one-line-errors")
+def test_a_cache_without_a_layer_for_every_recursion_is_one_line(folder):
+    from transformers.cache_utils import Cache, DynamicLayer, EncoderDecoderCache
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    batch = AutoTokenizer.from_pretrained(folder)(["ein Hund"], return_tensors="pt")
+    # one shared decoder layer applied twice needs two self-attention layers; this cache holds one
+    small = EncoderDecoderCache(Cache(layers=[DynamicLayer()]), Cache(layers=[DynamicLayer()]))
+    with pytest.raises(ValueError) as error:
+        model(**batch, decoder_input_ids=batch["input_ids"][:, :1], cache=small)
+    assert one_line(error).startswith("this Cache holds 1 layers, SReT decoding needs layer 1 (one self-attention"
+                                      " cache per recursion of every shared layer): pass cache=SReTCache()")
