@@ -135,3 +135,18 @@ def test_the_vision_config_has_its_own_name():
     assert "SReTConfig" not in vision.__all__
     hf = pytest.importorskip("fairseq_sret.hf")
     assert hf.SReTConfig is not vision.SReTVisionConfig
+
+
+def test_the_old_sret_module_names_still_import():
+    """``fairseq_sret.vision.sret`` was one module; every public name it had (and the helpers
+    other modules import) still imports from it, the registered constructors among them."""
+    import fairseq_sret.vision.sret as sret
+    from fairseq_sret.vision.registry import get_constructor, list_models
+
+    names = ["SLICED_GROUPS", "GLOBAL_GROUPS", "PARTITION", "ConvBNReLU", "ConvStem", "PatchStem", "ConvPooling",
+             "RecursiveStage", "SReT", "resize_pos_embed", "CIFAR10_MEAN", "CIFAR10_STD", "_pair", "_tokens_to_map",
+             "_prepare_input", "_add_pos_embed"]
+    assert all(hasattr(sret, name) for name in names)
+    registered = [name for name in list_models("sret_*") if "cct" not in name]  # the CCTs live in cct.py
+    assert set(sret.constructors.__all__) == set(registered)
+    assert all(getattr(sret, name) is get_constructor(name) for name in registered)
