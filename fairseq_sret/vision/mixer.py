@@ -39,7 +39,10 @@ class MixerConfig:
     num_classes: int = 1000
     embed_dim: int = field(default=768, metadata={"help": "hidden size C"})
     layers: int = field(default=12, metadata={"help": "unique (shared) Mixer layers"})
-    recursions: int = field(default=2, metadata={"help": "applications each layer is built with"})
+    recursions: int = field(
+        default=2, metadata={"help": "applications each layer is built (and trained) with; set_depth chooses"
+                                     " how many of them run"},
+    )
     token_mlp_dim: int = field(default=384, metadata={"help": "D_S"})
     channel_mlp_dim: int = field(default=3072, metadata={"help": "D_C"})
     lrc: bool = True
