@@ -17,7 +17,8 @@ joined as fairseq's ``--post-process sentencepiece`` does. Speed, of the transla
 than one thread (run it on an otherwise idle machine), and per second of the process's CPU
 time, which a busy neighbour changes little with one thread. With ``--repeats N`` every row
 translates each subset N times in its process: the speed is the median of the N, with their
-range; BLEU and the hypotheses are the first pass's.
+range; BLEU and the hypotheses are the first pass's. ``output_words``, the words of the
+hypotheses, tells models that stop early from models that ramble.
 
 Parity: every ``ctranslate2`` row of a model is compared with the ``fairseq`` fp32 row of the
 same model at the same depth (measured in the same command, the same thread count if it ran
@@ -28,7 +29,7 @@ Rows (``--rows``; default all that can run here):
   prepared as fairseq-generate prepares it; ``bf16`` is fairseq-generate's ``--bf16`` on the
   CPU, ``int8`` its ``--model-overrides "{'int8_in_generation': True}"``.
   ``sret/fairseq-depth1/fp32``: the same at depth 1 (``--model-overrides
-  "{'encoder_recursions': 1, 'decoder_recursions': 1}"``).
+  "{'encoder_depth': 1, 'decoder_depth': 1}"``).
 - ``sret/pipeline/fp32|int8``: the SReT checkpoint exported (``sret-export-hf``'s function) and
   run by transformers' ``pipeline("sret-translation")`` on the raw source text, batches of
   ``--batch-size`` in its length order; ``int8`` loads the export with
@@ -144,7 +145,7 @@ class FairseqEngine:
         if precision == "int8":
             overrides["int8_in_generation"] = True
         if depth is not None:
-            overrides.update(encoder_recursions=depth, decoder_recursions=depth)
+            overrides.update(encoder_depth=depth, decoder_depth=depth)
         models, _, self.task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides)
         self.model = models[0]
         prepare_as_generate(self.model, beam, bf16=precision == "bf16")
@@ -285,6 +286,7 @@ def run_row(row, args, threads):
                         "sentences_per_s_range": [round(per_s[0], 2), round(per_s[-1], 2)],
                         "sentences_per_cpu_s": round(statistics.median(per_cpu_s), 2),
                         "sentences_per_cpu_s_range": [round(per_cpu_s[0], 2), round(per_cpu_s[-1], 2)],
+                        "output_words": sum(len(h.split()) for h in hyps),
                         "same_in_every_pass": all(other == hyps for other, _ in passes[1:])})
         print(json_text.dumps(results[-1]), flush=True)
         results[-1]["hypotheses"] = hyps  # for the parity columns, not printed

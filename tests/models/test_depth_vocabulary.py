@@ -52,6 +52,12 @@ def saved(tmp_path_factory):
         setattr(older, f"{side}_trained_recursions", recursions)
         delattr(older, f"{side}_depth")
     torch.save(dict(state, args=older), root / "older.pt")
+    # without NLLs the weights are the same whatever the recursions: only their record says them
+    plain = copy.copy(args)
+    plain.nll_ratio = 0.0
+    torch.manual_seed(0)
+    model = tasks.setup_task(plain).build_model(plain)
+    torch.save(dict(state, args=plain, model=model.state_dict()), root / "no_nll.pt")
     return root, data_bin
 
 
@@ -130,3 +136,13 @@ def test_the_older_words_export_the_same_transformers_folder(saved, tmp_path):
     assert configs[0] == configs[1]
     assert [configs[0][f"{side}_recursions"] for side in ("encoder", "decoder")] == list(RECURSIONS)
     assert (configs[0]["encoder_depth"], configs[0]["decoder_depth"]) == (None, None)
+
+
+def test_without_nlls_the_recorded_count_still_decides(saved, caplog):
+    with caplog.at_level(logging.WARNING):
+        model, _ = load(saved, "no_nll.pt", encoder_recursions=1)
+    assert model.recursions == RECURSIONS and model.depth == (1, RECURSIONS[1])
+    assert any("'encoder_depth': 1" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="--encoder-recursions=3 is larger than the 2 recursions this model was"
+                                         " trained with"):
+        load(saved, "no_nll.pt", encoder_recursions=3)

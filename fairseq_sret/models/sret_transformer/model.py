@@ -158,19 +158,23 @@ class SReTTransformerModel(DepthControl, TransformerModel):
             raise ValueError(weights_mismatch(str(exc))) from None
 
     def _build_checkpoint_recursions(self, state_dict) -> None:
-        """``--model-overrides "{'encoder_recursions': 1}"`` on a checkpoint built with more
-        recursions meant the depth that runs (``--encoder-depth`` now): with one warning, the
-        side's layers are built again with the recursions the checkpoint's NLLs number and run
-        that depth (the override's configuration and these weights do not fit otherwise)."""
+        """The recursions the checkpoint was built with (:func:`recursions_of_checkpoint`) against
+        those ``--{side}-recursions`` built: more fail, naming both; fewer (``--model-overrides
+        "{'encoder_recursions': 1}"``, the older way to say ``--encoder-depth``) run that depth,
+        with one warning, after building the side's layers again with the checkpoint's count."""
         rebuilt = False
         for side in SIDES:
             stack = getattr(self, side)
             saved, built = recursions_of_checkpoint(state_dict, side), stack.side_spec.recursions
-            if saved is None or saved <= built or getattr(self.args, f"{side}_depth", None) is not None:
+            if saved is not None and saved < built:
+                raise ValueError(
+                    f"--{side}-recursions={built} is larger than the {saved} recursions this model was trained with;"
+                    f" a trained model runs at depth 1 to {saved}, e.g. --model-overrides \"{{'{side}_depth': {saved}}}\"")
+            if saved is None or saved == built or getattr(self.args, f"{side}_depth", None) is not None:
                 continue
             logger.warning(f"--{side}-recursions {built} is fewer than the {saved} recursions this checkpoint was built"
-                      f" with: running depth {built} of {saved}; say it with --{side}-depth (--model-overrides"
-                      f" \"{{'{side}_depth': {built}}}\")")
+                           f" with: running depth {built} of {saved}; say it with --{side}-depth (--model-overrides"
+                           f" \"{{'{side}_depth': {built}}}\")")
             setattr(self.args, f"{side}_recursions", saved)
             setattr(self.args, f"{side}_depth", built)
             stack.build_layers(read_side_spec(self.args, side))
@@ -181,6 +185,7 @@ class SReTTransformerModel(DepthControl, TransformerModel):
     # ------------------------------------------------------------ the dictionaries of the weights
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         """The weights, and beside them (in the state dict's metadata, kept by torch.save) the
+        recursions the layers were built with (read by :meth:`_build_checkpoint_recursions`) and the
         fingerprints of the dictionaries they were trained with: a training resumed or
         fine-tuned on another data-bin is refused when it loads them, as generation is when
         it builds the model (:func:`check_dictionaries`)."""
@@ -189,6 +194,9 @@ class SReTTransformerModel(DepthControl, TransformerModel):
         if metadata is not None:
             metadata.setdefault(prefix[:-1], {}).update(
                 {key: getattr(self.args, key) for key in DICTIONARY_FINGERPRINTS if getattr(self.args, key, None)})
+            # and the recursions the layers were built with, which a depth override cannot change
+            metadata[prefix[:-1]].update({f"{side}_recursions": getattr(self, side).side_spec.recursions
+                                          for side in SIDES})
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         recorded = Namespace(**{key: local_metadata[key] for key in DICTIONARY_FINGERPRINTS if key in local_metadata})

@@ -87,6 +87,11 @@ def recursion_schedule(args, side: str) -> RecursionSchedule:
                 f" layers were built with; the depth that runs is --{side}-depth: --model-overrides"
                 f" \"{{'{side}_depth': {recursions}}}\")"
             ) from None
+        if isinstance(recursions, int) and 1 < listed < recursions:
+            raise ValueError(
+                f"{exc}. If this is a trained model, --{side}-recursions={recursions} is larger than the {listed}"
+                f" recursions this model was trained with: it runs at depth 1 to {listed} (--{side}-depth)"
+            ) from None
         raise
 
 

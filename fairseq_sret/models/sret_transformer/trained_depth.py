@@ -9,8 +9,9 @@ Older uses keep working, each with one warning that names the option to use now:
   (:func:`~fairseq_sret.conversion.depth_options.upgrade_depth_options` reads them in today's
   words, for the fairseq adapter and for ``sret-export-hf``);
 - ``--model-overrides "{'encoder_recursions': 1}"`` on a checkpoint built with more recursions
-  meant its depth: the layers are built with the checkpoint's count (its NLLs say how many)
-  and run that depth (:func:`recursions_of_checkpoint`, read by the model when it loads).
+  meant its depth: the layers are built with the checkpoint's count (recorded beside its
+  weights, or as many as its NLLs) and run that depth (:func:`recursions_of_checkpoint`, read by
+  the model when it loads).
 """
 
 import logging
@@ -23,9 +24,13 @@ logger = logging.getLogger(__name__)
 
 
 def recursions_of_checkpoint(state_dict, side: str) -> Optional[int]:
-    """The recursions ``side``'s layers were built with, as the checkpoint's weights say: how many
-    NLLs (``{side}.layers.<i>.recursive.nlls.<r>``) they hold (None: no NLLs, so the weights do
-    not depend on it)."""
+    """The recursions ``side``'s layers were built with, as the checkpoint's weights say: as
+    recorded in their metadata beside them (:meth:`~.model.SReTTransformerModel._save_to_state_dict`),
+    else how many NLLs (``{side}.layers.<i>.recursive.nlls.<r>``) they hold (None: neither, so the
+    weights do not depend on it)."""
+    recorded = ((getattr(state_dict, "_metadata", None) or {}).get("") or {}).get(f"{side}_recursions")
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        return recorded
     prefix, found = f"{side}.layers.", set()
     for key in state_dict:
         if key.startswith(prefix) and ".recursive.nlls." in key:
