@@ -142,3 +142,37 @@ def test_the_tests_mirror_the_packages_with_unique_module_names():
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
     areas = {p.relative_to(REPO / "tests").parts[0] for p in (REPO / "tests").rglob("test_*.py") if ".timm" not in p.parts}
     assert {"core", "models", "vision", "hf", "checkpoints", "conversion", "cli"} <= areas
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 500, 80
+
+
+def oversized(paths) -> list:
+    """``path: what`` for every module over :data:`MAX_MODULE_LINES` lines and every function
+    (method, nested function) over :data:`MAX_FUNCTION_LINES`, decorators excluded."""
+    found = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            found.append(f"{path.name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{path.name}: {node.name} is {length} lines")
+    return found
+
+
+def test_no_module_is_over_500_lines_and_no_function_over_80():
+    assert oversized(sources(LIBRARY) + sources(LAB)) == []
+
+
+def test_the_size_check_sees_a_long_module_and_a_long_function(tmp_path):
+    long_function = tmp_path / "long_function.py"
+    long_function.write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    long_module = tmp_path / "long_module.py"
+    long_module.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    short = tmp_path / "short.py"
+    short.write_text("def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1))
+    assert oversized([long_function, long_module, short]) == [
+        f"long_function.py: f is {MAX_FUNCTION_LINES + 1} lines", f"long_module.py: {MAX_MODULE_LINES + 1} lines"]
