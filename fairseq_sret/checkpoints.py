@@ -282,7 +282,7 @@ def last_n_checkpoints(directory, n: int, by: str = "epoch", upper_bound: Option
 MODEL_KIND_OPTIONS = ("arch", "activation_fn", "encoder_attention_heads", "decoder_attention_heads",
                       "encoder_normalize_before", "decoder_normalize_before", "encoder_groups", "decoder_groups",
                       "encoder_partition", "decoder_partition", "encoder_recursions", "decoder_recursions",
-                      "encoder_trained_recursions", "decoder_trained_recursions")
+                      "encoder_trained_recursions", "decoder_trained_recursions", "attention_layer")
 
 
 def model_kind(state: dict) -> Dict[str, object]:

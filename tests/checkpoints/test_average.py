@@ -90,6 +90,16 @@ def test_mismatched_checkpoints_are_rejected(tmp_path):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
 
 
+def test_checkpoints_with_different_attention_layers_are_not_averaged(tmp_path):
+    """The same parameters computed by another attention layer are another model."""
+    a, b = fake_checkpoint(1, 1, 1), fake_checkpoint(2, 1, 2)
+    a["args"].attention_layer, b["args"].attention_layer = "sliced_group", "local_window"
+    torch.save(a, tmp_path / "a.pt")
+    torch.save(b, tmp_path / "b.pt")
+    with pytest.raises(ValueError, match="another kind of model .*attention_layer 'local_window' against 'sliced_group'"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
 class NotAllowed:
     pass
 
