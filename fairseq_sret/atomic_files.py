@@ -53,12 +53,14 @@ def disk_full(exc: BaseException, path) -> Optional[OSError]:
         code = errno.ENOSPC
     elif "Disk quota exceeded" in text or "os error 122" in text:
         code = errno.EDQUOT
-    elif isinstance(exc, RuntimeError) and ("inline_container" in str(exc) or "PytorchStreamWriter" in str(exc)):
+    elif isinstance(exc, RuntimeError) and ("inline_container" in text or "PytorchStreamWriter" in text):
+        if "open file failed" in text:  # the file could not be made at all: its reason is in the text
+            return None
         try:
             stats = os.statvfs(path.parent)
         except OSError:
             return None
-        if stats.f_bavail * stats.f_frsize >= 1 << 20:  # space left: another failure than a full disk
+        if stats.f_blocks == 0 or stats.f_bavail * stats.f_frsize >= 1 << 20:  # no disk (/proc), or space left
             return None
         code = errno.ENOSPC
     else:

@@ -423,3 +423,16 @@ def test_experiments_force_keeps_a_changed_run_until_its_new_training_saves(tmp_
         assert check_run_folder(run_, paths, settings, force=True) is None
         assert "with other settings (--lr 1e-3 -> 5e-4)" in check_run_folder(run_, paths, settings)
         assert digests(root) == before
+
+
+@pytest.mark.reliability("one-line-errors")
+def test_a_save_that_fails_on_a_filesystem_without_a_disk_is_not_called_a_full_disk():
+    """torch's writer names no errno; where it could not even open the file (``/proc``, whose
+    free space reads as zero), its own reason is the message, not "no space left"."""
+    import torch
+
+    from fairseq_sret.atomic_files import disk_full
+
+    with pytest.raises(RuntimeError) as failed:
+        torch.save({"x": 1}, "/proc/sret-test.pt")
+    assert disk_full(failed.value, "/proc/sret-test.pt") is None
