@@ -2,5 +2,4 @@
 as an SReT model (:mod:`.convert`) and uptraining a trained transformer checkpoint into an
 SReT one (:mod:`.uptraining`). Importing them registers the models (they import
 :mod:`fairseq_sret.models`). :mod:`.ctranslate2_spec` writes SReT models as CTranslate2
-Transformer specifications (``sret-export-ct2``); it imports neither fairseq nor the models, nor does :mod:`.depth_options` (a checkpoint's older
-depth options in today's words)."""
+Transformer specifications (``sret-export-ct2``); it imports neither fairseq nor the models."""

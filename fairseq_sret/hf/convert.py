@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .. import __version__
 from ..checkpoints import load_checkpoint
-from ..conversion.depth_options import upgrade_depth_options
+from ..depth_options import upgrade_depth_options
 from ..core.attention import DEFAULT_ATTENTION_LAYER
 from .configuration import SReTConfig
 from .tokenization import dictionary_fingerprint, file_fingerprint, read_fairseq_dictionary, tokenizer_fingerprints

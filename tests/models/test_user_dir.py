@@ -50,9 +50,10 @@ def test_user_dir_loads_only_what_fairseq_registers():
         if module.startswith(("fairseq_sret.models.", "fairseq_sret.criterions.")):
             assert package(module) in registering, f"{module} is loaded by --user-dir but registers nothing"
         else:  # the package, its fairseq fixes (and the patch mechanism), its atomic writes, the check
-            # of the install (extras), the environment switches and the pure-PyTorch building blocks
+            # of the install (extras), the environment switches, a checkpoint's older depth words and the
+            # pure-PyTorch building blocks
             assert module in {"fairseq_sret", "fairseq_sret.models", "fairseq_sret.criterions",
                               "fairseq_sret.fairseq_patches", "fairseq_sret.patching", "fairseq_sret.environment", "fairseq_sret.checkpoints",
-                              "fairseq_sret.atomic_files", "fairseq_sret.extras"} \
+                              "fairseq_sret.atomic_files", "fairseq_sret.extras", "fairseq_sret.depth_options"} \
                 or module.startswith(("fairseq_sret.core", "fairseq_sret.fairseq_patches.")), \
                 f"{module} is loaded by --user-dir"

@@ -6,7 +6,7 @@ Older uses keep working, each with one warning that names the option to use now:
 
 - a checkpoint saved before ``--{side}-depth`` existed records the built count as
   ``{side}_trained_recursions`` and the depth that ran as ``{side}_recursions``
-  (:func:`~fairseq_sret.conversion.depth_options.upgrade_depth_options` reads them in today's
+  (:func:`~fairseq_sret.depth_options.upgrade_depth_options` reads them in today's
   words, for the fairseq adapter and for ``sret-export-hf``);
 - ``--model-overrides "{'encoder_recursions': 1}"`` on a checkpoint built with more recursions
   meant its depth: the layers are built with the checkpoint's count (recorded beside its
@@ -17,7 +17,7 @@ Older uses keep working, each with one warning that names the option to use now:
 import logging
 from typing import Optional
 
-from ...conversion.depth_options import SIDES, upgrade_depth_options  # noqa: F401
+from ...depth_options import SIDES, upgrade_depth_options  # noqa: F401
 from ...core.mixed_depth import untrained_depth_warning
 
 logger = logging.getLogger(__name__)
