@@ -1,6 +1,7 @@
 """The translation kind: fairseq-train runs (:mod:`.runner`), evaluated with beam search, reported
 by :mod:`.report.translation`."""
 
+import json
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -10,6 +11,15 @@ from .commands import check_data, train_command
 from .experiment_file import load_experiment
 from .kinds import check_paths_fairseq_reads, recorded_runs, usage_errors
 from .run_folder import run_paths
+
+
+def recorded_environment(results_file: Path) -> Optional[dict]:
+    """The environment ``results_file`` names (where its runs were measured), or None."""
+    try:
+        env = json.loads(results_file.read_text(encoding="utf-8")).get("environment")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return env if isinstance(env, dict) else None
 
 
 class TranslationKind:
@@ -95,7 +105,9 @@ class TranslationKind:
         kept = [r for r in self.earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
                                                    and r.get("seed") == u.get("seed") for u in used)]
         kept = [dict(r, not_matching=self._why_not(r)) for r in kept]
-        return write_results(self.whole, records, args.results, self.command, device_note=args.note, earlier=kept)
+        env = recorded_environment(self.results_file) if args.report_only else None
+        return write_results(self.whole, records, args.results, self.command, device_note=args.note, earlier=kept,
+                             env=env)
 
     def _why_not(self, record: dict) -> str:
         """Why a recorded finished run is not among those reported as done."""

@@ -6,7 +6,7 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_sret import json_text
 
@@ -65,16 +65,18 @@ def check_results_files(results_dir: Path, name: str, force: bool = False) -> No
 
 
 def write_results(experiment: Experiment, records: List[dict], results_dir, command: str,
-                  device_note: str = "", earlier: Sequence[dict] = ()) -> Dict[str, Path]:
+                  device_note: str = "", earlier: Sequence[dict] = (), env: Optional[dict] = None) -> Dict[str, Path]:
     """Write ``NAME.json``, ``NAME.md`` and the plots; returns their paths.
 
     ``earlier``: finished runs of an earlier configuration, kept in the JSON (not in the
-    table) so that rerunning with other settings never loses a measured run.
+    table) so that rerunning with other settings never loses a measured run. ``env``: the
+    environment the report names (default: this machine, now); ``--report-only`` passes the
+    recorded one, so that a report written again from the same runs is the same file.
     """
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     rows = aggregate(experiment, records)
-    env = environment()
+    env = dict(env) if env else environment()
     if device_note:
         env["note"] = device_note
     out = {"json": results_dir / f"{experiment.name}.json", "md": results_dir / f"{experiment.name}.md"}

@@ -108,3 +108,30 @@ def test_a_recorded_run_that_does_not_serve_is_kept_as_recorded():
     recorded = {"row": "a", "seed": 1, "status": "done", "result": {"val": 1.0}, "history": [], "extra": 3}
     record = ImageRunRecord("a", 1, "missing", not_matching="other data", recorded=recorded)
     assert record.to_json() == dict(recorded, not_matching="other data") and not record.done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["multi30k_cpu", "multi30k_converged", "multi30k_frontier_models"])
+def test_a_committed_translation_report_written_again_from_its_records_is_the_same_file(name, tmp_path, monkeypatch):
+    """Its recorded ``--report-only`` command, run in a copy of the repository's layout (no run
+    folders: the finished runs are the JSON's) writes the committed files byte for byte."""
+    import shlex
+
+    from fairseq_sret_cli import experiments
+
+    results = REPO / "docs/results"
+    stored = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
+    argv = shlex.split(stored["command"])
+    assert argv[0] == "sret-experiments" and "--report-only" in argv
+    experiment_file = Path(argv[1])
+    (tmp_path / experiment_file).parent.mkdir(parents=True)
+    (tmp_path / experiment_file).write_bytes((REPO / experiment_file).read_bytes())
+    committed = {p.name: p.read_bytes() for p in results.glob(f"{name}*")
+                 if p.stem == name or p.stem.startswith(f"{name}_") and p.suffix == ".png"}
+    folder = tmp_path / (argv[argv.index("--results") + 1] if "--results" in argv else "docs/results")
+    folder.mkdir(parents=True)
+    for file_name, content in committed.items():
+        (folder / file_name).write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    assert experiments.main(argv[1:]) == 0
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name in committed} == committed
