@@ -26,7 +26,7 @@ def generate(bin_dir, checkpoint, overrides):
                    "--beam", "5", "--batch-size", "32", "--model-overrides", overrides)
 
 
-def test_train_mixed_depth_then_generate_at_every_depth(tmp_path):
+def test_train_mixed_depth_then_generate_at_every_depth(tmp_path, caplog):
     raw = tmp_path / "raw"
     write_corpus(raw)
     bin_dir = preprocess(raw)
@@ -86,3 +86,19 @@ def test_train_mixed_depth_then_generate_at_every_depth(tmp_path):
     torch.save(state, save / "old.pt")
     assert translate(hub("old.pt")) == depth2[:5]
     assert translate(hub("old.pt", encoder_recursions=1, decoder_recursions=1)) == depth1[:5]
+
+    # the same saved by fairseq-hydra-train before --encoder-depth existed: its model config holds
+    # only model options, none of them {side}_depth, and fairseq overrides only the keys such a
+    # config holds; the warning gives the older words, which reach it
+    from fairseq_sret.models.sret_transformer.hydra_config import _options
+
+    options = _options(SReTTransformerModel)
+    model_cfg = {k: v for k, v in vars(state["cfg"]["model"]).items()
+                 if k in options and k not in ("encoder_depth", "decoder_depth")}
+    state["cfg"]["model"] = dict(model_cfg, _name=state["cfg"]["model"].arch)
+    torch.save(state, save / "old_hydra.pt")
+    with caplog.at_level("WARNING", logger="fairseq_sret.depth_options"):
+        assert translate(hub("old_hydra.pt", encoder_depth=1, decoder_depth=1)) == depth2[:5]
+    said = [r.getMessage() for r in caplog.records if "older words" in r.getMessage()]
+    assert said and "does not reach it" in said[-1] and "'encoder_recursions': 1" in said[-1]
+    assert translate(hub("old_hydra.pt", encoder_recursions=1, decoder_recursions=1)) == depth1[:5]

@@ -114,10 +114,11 @@ class SReTTransformerModel(DepthControl, TransformerModel):
         positions, every inherited option) after the SReT defaults and the checks of the options
         that are not one side's layers; each side's options are read into its spec once, by
         :meth:`build_encoder` and :meth:`build_decoder`, which fairseq calls."""
-        if OmegaConf.is_config(args):  # fairseq-hydra-train's `model:` section, or its checkpoint
+        hydra = OmegaConf.is_config(args)  # fairseq-hydra-train's `model:` section, or its checkpoint
+        if hydra:
             args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
-        upgrade_depth_options(args)
+        upgrade_depth_options(args, depth_overridable=not hydra)
         check_model_options(args)
         check_dictionaries(args, task)
         model = super().build_model(args, task)
