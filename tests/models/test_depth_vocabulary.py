@@ -117,12 +117,15 @@ def test_more_recursions_than_the_checkpoint_holds_fail_naming_both(saved):
         load(saved, "older.pt", decoder_recursions=4)
 
 
-def test_fewer_recursions_than_groups_listed_name_the_depth_option(saved):
-    # groups per recursion fix the built count on the command line: fewer recursions are refused
-    # there, as on a fresh command line, with the option that runs a shallower depth
-    with pytest.raises(ValueError, match=r"--decoder-groups has 3 values but there are 2 recursions.*"
-                                         r"--model-overrides \"\{'decoder_depth': 2\}\""):
-        load(saved, "today.pt", decoder_recursions=2, decoder_groups="2,1,1")
+def test_fewer_recursions_than_groups_listed_run_that_depth_with_one_warning(saved, caplog):
+    # a trained model's groups per recursion fix the count it was built with: fewer recursions
+    # (the older way to say its depth) run that depth, as --decoder-depth says it now
+    with caplog.at_level(logging.WARNING):
+        model, task = load(saved, "today.pt", decoder_recursions=2, decoder_groups="2,1,1")
+    assert [r.getMessage() for r in caplog.records if "'decoder_depth': 2" in r.getMessage()]
+    assert (model.args.decoder_recursions, model.args.decoder_depth) == (3, 2)
+    expected = decoder_output(*load(saved, "today.pt", decoder_depth=2, decoder_groups="2,1,1"))
+    assert torch.equal(decoder_output(model, task), expected)
 
 
 def test_the_older_words_export_the_same_transformers_folder(saved, tmp_path):

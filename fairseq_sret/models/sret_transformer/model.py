@@ -33,7 +33,8 @@ from .hydra_config import namespace_from_config
 from .layers import SReTDecoderLayer, SReTEncoderLayer
 from .options import SReTOptions, sret_base_architecture
 from .spec import check_model_options, read_side_spec
-from .trained_depth import SIDES, recursions_of_checkpoint, upgrade_depth_options, warn_untrained_depth
+from .trained_depth import (SIDES, recursions_of_checkpoint, upgrade_depth_options, upgrade_listed_depth_override,
+                            warn_untrained_depth)
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class SReTTransformerModel(DepthControl, TransformerModel):
             args = namespace_from_config(cls, args, task)
         sret_base_architecture(args)
         upgrade_depth_options(args, depth_overridable=not hydra)
+        upgrade_listed_depth_override(args)
         check_model_options(args)
         check_dictionaries(args, task)
         model = super().build_model(args, task)

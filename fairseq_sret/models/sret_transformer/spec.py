@@ -80,7 +80,7 @@ def recursion_schedule(args, side: str) -> RecursionSchedule:
             recursions, groups=groups, partition=partition, causal=side == "decoder", names=names, depth=depth,
         )
     except ValueError as exc:
-        listed = max(_listed(groups), _listed(partition))
+        listed = max(listed_values(groups), listed_values(partition))
         if isinstance(recursions, int) and 1 <= recursions < listed:
             raise ValueError(
                 f"{exc}. (Running a trained model shallower? --{side}-recursions is the applications its"
@@ -95,7 +95,7 @@ def recursion_schedule(args, side: str) -> RecursionSchedule:
         raise
 
 
-def _listed(value) -> int:
+def listed_values(value) -> int:
     """How many per-recursion values an option lists (``"2,1"`` -> 2)."""
     if isinstance(value, str):
         return len(value.split(","))

@@ -19,6 +19,8 @@ from typing import Optional
 
 from ...depth_options import SIDES, upgrade_depth_options  # noqa: F401
 from ...core.mixed_depth import untrained_depth_warning
+from .dictionaries import DICTIONARY_FINGERPRINTS
+from .spec import listed_values
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,28 @@ def recursions_of_checkpoint(state_dict, side: str) -> Optional[int]:
         if key.startswith(prefix) and ".recursive.nlls." in key:
             found.add(int(key.split(".recursive.nlls.", 1)[1].split(".", 1)[0]))
     return max(found) + 1 if found else None
+
+
+def upgrade_listed_depth_override(args) -> None:
+    """A trained model's configuration (it records its dictionaries' fingerprints) whose
+    ``{side}_recursions`` is fewer than the per-recursion values its ``{side}_groups`` or
+    ``{side}_partition`` list: ``--model-overrides "{'encoder_recursions': 1}"``, the older way to
+    say its depth. Read in today's words, built with as many recursions as the lists name and
+    running the given depth, with one warning. On a command line that trains, the same options
+    stay an error (:func:`~.spec.recursion_schedule`)."""
+    if not any(getattr(args, key, None) for key in DICTIONARY_FINGERPRINTS):
+        return
+    for side in SIDES:
+        recursions, depth = getattr(args, f"{side}_recursions"), getattr(args, f"{side}_depth", None)
+        listed = max(listed_values(getattr(args, f"{side}_groups", None)),
+                     listed_values(getattr(args, f"{side}_partition", None)))
+        if depth is not None or not isinstance(recursions, int) or not 1 <= recursions < listed:
+            continue
+        logger.warning(f"--{side}-recursions {recursions} is fewer than the {listed} recursions this model's groups"
+                       f" list: running depth {recursions} of {listed}; say it with --{side}-depth (--model-overrides"
+                       f" \"{{'{side}_depth': {recursions}}}\")")
+        setattr(args, f"{side}_recursions", listed)
+        setattr(args, f"{side}_depth", recursions)
 
 
 def warn_untrained_depth(args) -> None:
