@@ -100,7 +100,7 @@ def convert_teacher(output, run: Run, paths: RunPaths, env: Optional[dict] = Non
     model options it prints. Raises ExperimentError, with sret-uptrain's message, when it fails."""
     teacher = teacher_paths(output, run)
     source = teacher.checkpoints / "checkpoint_last.pt"
-    status = read_record(teacher).get("status")
+    status = read_record(teacher).status
     if status != "done":
         raise ExperimentError(
             f"{run.name} starts from {run.teacher_name}, which is not done in {teacher.root}"

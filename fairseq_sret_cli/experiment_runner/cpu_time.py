@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence
 
 from fairseq_sret import json_text
 
+from .records import TranslationRunRecord
 from .run_folder import RunPaths
 from .training_log import logged_update, process_start
 
@@ -43,18 +44,19 @@ def is_running(process: subprocess.Popen) -> bool:
         return False
 
 
-def add_cpu_seconds(record: dict, seconds: float) -> None:
+def add_cpu_seconds(record: TranslationRunRecord, seconds: float) -> None:
     """Add one training process's CPU time to the run's total (a resumed run has several)."""
-    record["train_cpu_seconds"] = round(record.get("train_cpu_seconds", 0.0) + seconds, 1)
-    record["train_processes"] = record.get("train_processes", 0) + 1
+    record.train_cpu_seconds = round((record.train_cpu_seconds or 0.0) + seconds, 1)
+    record.train_processes = (record.train_processes or 0) + 1
 
 
-def add_training_device(record: dict, device: str) -> None:
+def add_training_device(record: TranslationRunRecord, device: str) -> None:
     """Note the device a training process of the run starts on (``trained_on``, in order): a run
     resumed on another machine names both, and its CPU seconds are not one processor's."""
-    devices = record.setdefault("trained_on", [])
-    if device not in devices:
-        devices.append(device)
+    if record.trained_on is None:
+        record.trained_on = []
+    if device not in record.trained_on:
+        record.trained_on.append(device)
 
 
 def process_cpu_seconds(pid: int) -> Optional[float]:

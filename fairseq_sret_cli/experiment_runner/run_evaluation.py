@@ -9,6 +9,7 @@ from .. import log as lab_log
 from .commands import last_epochs_averaged
 from .cpu_time import seconds_on_path
 from .experiment_file import AVERAGE, CHECKPOINT_KINDS, Experiment, Row
+from .records import TranslationRunRecord
 from .run_folder import RunPaths, write_record
 from .training import read_training
 
@@ -115,23 +116,25 @@ def evaluate_run(experiment: Experiment, paths: RunPaths, data: str, cpu: bool =
     return results
 
 
-def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: dict, cpu: bool = False) -> List[dict]:
+def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: TranslationRunRecord,
+                   cpu: bool = False) -> List[dict]:
     """BLEU against training CPU time: every ``curve_every``-th epoch checkpoint (and the
     last counted epoch's: :func:`~.training_log.training_summary`) decoded like the table on
     ``curve_subsets``. Each point is
     ``{"epoch", "update", "cpu_seconds", "valid_loss", "eval": {subset: result}}``, kept in
-    ``record["curve"]`` as it is made (a rerun continues). Then the epoch checkpoints that
+    ``record.curve`` as it is made (a rerun continues). Then the epoch checkpoints that
     neither the curve nor a ``lastN`` average needs are deleted."""
     from ..evaluation.evaluate import evaluate
 
     ev = experiment.evaluation
-    epochs = {e["epoch"]: e for e in record.get("train", {}).get("curve", [])}
-    until = record.get("train", {}).get("stopped_at_epoch")
+    train = record.train or {}
+    epochs = {e["epoch"]: e for e in train.get("curve", [])}
+    until = train.get("stopped_at_epoch")
     saved = sorted(int(p.stem[len("checkpoint"):]) for p in paths.checkpoints.glob("checkpoint[0-9]*.pt"))
     counted = [e for e in saved if until is None or e <= until]
     wanted = [e for e in counted if e % ev.curve_every == 0 or e == counted[-1]]
     _, path = read_training(paths)
-    points = {p["epoch"]: p for p in record.get("curve", [])}
+    points = {p["epoch"]: p for p in record.curve or []}
     for epoch in wanted:
         if epoch in points or epoch not in epochs:
             continue
@@ -144,12 +147,12 @@ def evaluate_curve(experiment: Experiment, paths: RunPaths, data: str, record: d
                               max_tokens=ev.max_tokens, cpu=cpu)
             point["eval"][subset] = {"subset_name": report["subset_name"], "scores": report["scores"]}
         points[epoch] = point
-        record["curve"] = [points[e] for e in sorted(points)]
+        record.curve = [points[e] for e in sorted(points)]
         write_record(paths, record)
     keep = set(wanted) | set(counted[-last_epochs_averaged(experiment):])
     if until is not None:  # a cut run's best and last are epoch checkpoints (:func:`checkpoint_for`)
-        keep |= {record["train"].get("best_epoch"), until}
+        keep |= {train.get("best_epoch"), until}
     for epoch in saved:
         if epoch not in keep:
             (paths.checkpoints / f"checkpoint{epoch}.pt").unlink()
-    return record.get("curve", [])
+    return record.curve or []

@@ -8,6 +8,7 @@ from fairseq_sret import json_text
 from fairseq_sret.atomic_files import replacing
 
 from .experiment_file import Run
+from .records import TranslationRunRecord
 
 #: what the runner makes in a run folder (``--force`` on a changed run removes exactly these)
 RUN_OUTPUTS = ("checkpoints", "train.log", "eval", "run.json", "cpu_trace.jsonl", "uptrained.pt")
@@ -57,10 +58,11 @@ def trained_anything(paths: RunPaths) -> bool:
     return paths.checkpoints.is_dir() and any(paths.checkpoints.iterdir())
 
 
-def read_record(paths: RunPaths) -> dict:
+def read_record(paths: RunPaths) -> TranslationRunRecord:
+    """The run's ``run.json`` (an empty record where there is none yet)."""
     if paths.record.is_file():
-        return json.loads(paths.record.read_text(encoding="utf-8"))
-    return {}
+        return TranslationRunRecord.from_json(json.loads(paths.record.read_text(encoding="utf-8")))
+    return TranslationRunRecord()
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -70,6 +72,6 @@ def write_text_atomically(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_record(paths: RunPaths, record: dict) -> None:
+def write_record(paths: RunPaths, record: TranslationRunRecord) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(paths.record, json_text.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomically(paths.record, json_text.dumps(record.to_json(), indent=2, ensure_ascii=False) + "\n")

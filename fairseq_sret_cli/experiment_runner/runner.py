@@ -24,6 +24,7 @@ from .commands import convert_teacher, portable, train_command
 from ..hardware import device_name
 from .cpu_time import CpuTrace, add_cpu_seconds, add_training_device, is_running, reap
 from .experiment_file import Experiment, ExperimentError, Run
+from .records import TranslationRunRecord
 from .run_evaluation import checkpoint_for, evaluate_curve, evaluate_run, model_facts
 from .run_folder import RunPaths, read_record, run_paths, trained_anything, uptrained_checkpoint, write_record
 from .settings import (SettingsChanged, check_run_folder, collect_records, finished_record, run_config, run_settings,
@@ -49,11 +50,11 @@ def run_experiment(
     max_epoch: Optional[int] = None,
     progress_interval: float = 60.0,
     env: Optional[dict] = None,
-    on_run_done: Optional[Callable[[Run, dict], None]] = None,
-    known: Optional[Dict[str, dict]] = None,
+    on_run_done: Optional[Callable[[Run, TranslationRunRecord], None]] = None,
+    known: Optional[Dict[str, TranslationRunRecord]] = None,
     deadline: Optional[float] = None,
     force: bool = False,
-) -> List[dict]:
+) -> List[TranslationRunRecord]:
     """Train and evaluate every run that is not done yet; returns every run's record.
 
     ``known``: records of earlier sessions (run name -> record) that count as done when
@@ -93,8 +94,10 @@ class Scheduler(ProcessScheduler[Run, Training]):
 
     def __init__(self, experiment: Experiment, data: str, output, jobs: int = 1, cpu: bool = False,
                  max_update: Optional[int] = None, max_epoch: Optional[int] = None, progress_interval: float = 60.0,
-                 env: Optional[dict] = None, on_run_done: Optional[Callable[[Run, dict], None]] = None,
-                 known: Optional[Dict[str, dict]] = None, deadline: Optional[float] = None, force: bool = False):
+                 env: Optional[dict] = None,
+                 on_run_done: Optional[Callable[[Run, TranslationRunRecord], None]] = None,
+                 known: Optional[Dict[str, TranslationRunRecord]] = None, deadline: Optional[float] = None,
+                 force: bool = False):
         super().__init__(jobs, deadline)
         self.experiment, self.data, self.output = experiment, data, Path(output)
         self.cpu, self.max_update, self.max_epoch = cpu, max_update, max_epoch
@@ -105,7 +108,7 @@ class Scheduler(ProcessScheduler[Run, Training]):
         self.stopped: List[str] = []  # runs left unfinished at the deadline
         self.last_progress = 0.0
 
-    def run(self) -> List[dict]:
+    def run(self) -> List[TranslationRunRecord]:
         self.pending = self._pending_runs()
         self._check_run_folders()
         self.last_progress = time.time()
@@ -136,7 +139,7 @@ class Scheduler(ProcessScheduler[Run, Training]):
         changed = []
         for run in self.pending:
             paths = run_paths(self.output, run)
-            options = read_record(paths).get("uptrain", {}).get("model_options")
+            options = (read_record(paths).uptrain or {}).get("model_options")
             problem = check_run_folder(run, paths, self._settings(run, options), self.force, self.data)
             if problem:
                 changed.append(problem)
@@ -197,17 +200,18 @@ class Scheduler(ProcessScheduler[Run, Training]):
                 return
         self._launch(run, paths, record, model_options)
 
-    def _uptrained_model(self, run: Run, paths: RunPaths, record: dict) -> List[str]:
+    def _uptrained_model(self, run: Run, paths: RunPaths, record: TranslationRunRecord) -> List[str]:
         """An uptrained run's model options: those recorded with its converted teacher, else
         the teacher converted now (:func:`~.commands.convert_teacher`)."""
-        model_options = record.get("uptrain", {}).get("model_options")
+        model_options = (record.uptrain or {}).get("model_options")
         if not (model_options and uptrained_checkpoint(paths).is_file()):
             model_options = convert_teacher(self.output, run, paths, self.env)
             log(f"{run.name}: converted {run.teacher_name} with sret-uptrain")
-        record["uptrain"] = {"from": run.teacher_name, "model_options": model_options}
+        record.uptrain = {"from": run.teacher_name, "model_options": model_options}
         return model_options
 
-    def _launch(self, run: Run, paths: RunPaths, record: dict, model_options: Optional[List[str]]) -> None:
+    def _launch(self, run: Run, paths: RunPaths, record: TranslationRunRecord,
+                model_options: Optional[List[str]]) -> None:
         cmd = train_command(self.experiment, run, self.data, paths, cpu=self.cpu, max_update=self.max_update,
                             max_epoch=self.max_epoch, model_options=model_options)
         settings = self._settings(run, model_options)
@@ -266,7 +270,7 @@ class Scheduler(ProcessScheduler[Run, Training]):
                 self._finish(training.run, training.paths, record, training.started)
         self.running = still
 
-    def _training_ended(self, training: Training, cpu_seconds: float) -> dict:
+    def _training_ended(self, training: Training, cpu_seconds: float) -> TranslationRunRecord:
         """Close the ended training's log, end its CPU trace, and return its record with the
         process's CPU time added (not written yet)."""
         training.log_file.close()
@@ -277,7 +281,7 @@ class Scheduler(ProcessScheduler[Run, Training]):
         add_cpu_seconds(record, cpu_seconds)
         return record
 
-    def _training_failed(self, training: Training, record: dict) -> None:
+    def _training_failed(self, training: Training, record: TranslationRunRecord) -> None:
         run, paths, code = training.run, training.paths, training.process.returncode
         text = paths.train_log.read_text(encoding="utf-8", errors="replace")
         tail = "\n".join(text.splitlines()[-15:])
@@ -295,18 +299,18 @@ class Scheduler(ProcessScheduler[Run, Training]):
             self.stopped.append(training.run.name)
         self.running.clear()
 
-    def _fail(self, run: Run, paths: RunPaths, record: dict, **fields) -> None:
+    def _fail(self, run: Run, paths: RunPaths, record: TranslationRunRecord, **fields) -> None:
         record.update(status="failed", **fields)
         write_record(paths, record)
         self.failures.append(run.name)
 
-    def _finish(self, run: Run, paths: RunPaths, record: dict, started: float) -> None:
+    def _finish(self, run: Run, paths: RunPaths, record: TranslationRunRecord, started: float) -> None:
         """Summarise the run's training and evaluate it; record it as done (and tell
         ``on_run_done``), or as failed when its evaluation fails."""
         settle_start_over(paths)  # its checkpoints replace an earlier run's (--force)
-        record["train"] = summarise_training(self.experiment, paths, record)
+        record.train = summarise_training(self.experiment, paths, record)
         log(f"{run.name}: trained in {(time.time() - started) / 60:.1f} min, best valid loss "
-            f"{record['train'].get('best_valid_loss')} at update {record['train'].get('best_update')}; evaluating")
+            f"{record.train.get('best_valid_loss')} at update {record.train.get('best_update')}; evaluating")
         skipped: Dict[str, str] = {}
         try:
             self._evaluate(run, paths, record, skipped)
@@ -314,18 +318,18 @@ class Scheduler(ProcessScheduler[Run, Training]):
             log(f"{run.name}: evaluation FAILED: {type(exc).__name__}: {exc}")
             self._fail(run, paths, record, error=f"evaluation: {type(exc).__name__}: {exc}")
             return
-        record.pop("error", None)
+        record.error = None
         if skipped:
-            record["eval_skipped"] = skipped
-        record["status"] = "done"
+            record.eval_skipped = skipped
+        record.status = "done"
         write_record(paths, record)
         if self.on_run_done is not None:
             self.on_run_done(run, record)
 
-    def _evaluate(self, run: Run, paths: RunPaths, record: dict, skipped: Dict[str, str]) -> None:
-        train = record["train"]
-        record["model"] = model_facts(checkpoint_for("best", paths, train))
-        record["eval"] = evaluate_run(self.experiment, paths, self.data, cpu=self.cpu, row=run.row, skipped=skipped,
+    def _evaluate(self, run: Run, paths: RunPaths, record: TranslationRunRecord, skipped: Dict[str, str]) -> None:
+        train = record.train
+        record.model = model_facts(checkpoint_for("best", paths, train))
+        record.eval = evaluate_run(self.experiment, paths, self.data, cpu=self.cpu, row=run.row, skipped=skipped,
                                       train=train)
         if self.experiment.evaluation.curve_every:
             evaluate_curve(self.experiment, paths, self.data, record, cpu=self.cpu)

@@ -3,6 +3,7 @@ the same one) and its training settings (a run folder resumes only with the same
 
 import functools
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -11,6 +12,7 @@ from fairseq_sret import json_text
 from .. import log as lab_log
 from .commands import train_command
 from .experiment_file import Experiment, ExperimentError, Run
+from .records import TranslationRunRecord
 from .run_folder import RUN_OUTPUTS, RunPaths, read_record, run_paths, teacher_paths, trained_anything
 
 log = functools.partial(lab_log, stage="experiments")
@@ -45,23 +47,23 @@ def run_config(experiment: Experiment, run: Run, max_update: Optional[int] = Non
     return config
 
 
-def finished_record(experiment: Experiment, run: Run, output, known: Optional[Dict[str, dict]] = None,
-                    max_update: Optional[int] = None, max_epoch: Optional[int] = None,
-                    data: Optional[str] = None) -> Optional[dict]:
+def finished_record(experiment: Experiment, run: Run, output,
+                    known: Optional[Dict[str, TranslationRunRecord]] = None, max_update: Optional[int] = None,
+                    max_epoch: Optional[int] = None, data: Optional[str] = None) -> Optional[TranslationRunRecord]:
     """The run's record if it is done with today's config (and, given the data-bin ``data``, on
     what it holds: :func:`data_difference_of`): in its run folder, or among ``known`` records
     (the results file of earlier sessions, keyed by run name)."""
     config = run_config(experiment, run, max_update, max_epoch)
-    for record in (read_record(run_paths(output, run)), (known or {}).get(run.name) or {}):
-        if record.get("status") == "done" and record.get("config") == config and (
-                data is None or data_difference_of(record.get("train_settings"), data) is None):
-            return dict(record, row=run.row.id, seed=run.seed)
+    for record in (read_record(run_paths(output, run)), (known or {}).get(run.name) or TranslationRunRecord()):
+        if record.done and record.config == config and (
+                data is None or data_difference_of(record.train_settings, data) is None):
+            return replace(record, row=run.row.id, seed=run.seed)
     return None
 
 
-def collect_records(experiment: Experiment, output, known: Optional[Dict[str, dict]] = None,
+def collect_records(experiment: Experiment, output, known: Optional[Dict[str, TranslationRunRecord]] = None,
                     max_update: Optional[int] = None, max_epoch: Optional[int] = None,
-                    data: Optional[str] = None) -> List[dict]:
+                    data: Optional[str] = None) -> List[TranslationRunRecord]:
     """Every run's record: the finished one (this session's or ``known``, on ``data`` when
     given), else what is there."""
     records = []
@@ -71,15 +73,15 @@ def collect_records(experiment: Experiment, output, known: Optional[Dict[str, di
     return records
 
 
-def _unfinished_record(run: Run, output, data: Optional[str] = None) -> dict:
+def _unfinished_record(run: Run, output, data: Optional[str] = None) -> TranslationRunRecord:
     """What the run folder holds of a run not done with today's config and data; a run done with
     another one (an edited row, another --max-update, another data-bin) is not reported as done."""
-    record = dict(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed)
-    if record.get("status") == "done":
-        why = data_difference_of(record.get("train_settings"), data) if data is not None else None
-        record["status"] = "done on other data" if why else "done with other settings"
+    record = replace(read_record(run_paths(output, run)), row=run.row.id, seed=run.seed)
+    if record.done:
+        why = data_difference_of(record.train_settings, data) if data is not None else None
+        record.status = "done on other data" if why else "done with other settings"
         if why:
-            record["not_matching"] = why
+            record.not_matching = why
     return record
 
 
@@ -191,12 +193,12 @@ def settings_difference(old: Sequence[str], new: Sequence[str]) -> str:
     return "; ".join(parts) or "the options' order or positional arguments differ"
 
 
-def recorded_settings(paths: RunPaths, record: dict) -> Optional[List[str]]:
+def recorded_settings(paths: RunPaths, record: TranslationRunRecord) -> Optional[List[str]]:
     """The settings a run folder's training used (``run.json``), None if it records none."""
-    if record.get("train_settings"):
-        return list(record["train_settings"])
-    if record.get("command"):  # recorded before the settings were
-        return training_settings(record["command"])
+    if record.train_settings:
+        return list(record.train_settings)
+    if record.command:  # recorded before the settings were
+        return training_settings(record.command)
     return None
 
 
@@ -257,6 +259,6 @@ def run_settings(experiment: Experiment, run: Run, data: str, output, cpu: bool,
         if row is not None:
             teacher = run_settings(experiment, Run(row, run.seed), data, output, cpu, max_update, max_epoch, None)
         else:
-            teacher = read_record(teacher_paths(output, run)).get("train_settings") or ["<not recorded>"]
+            teacher = read_record(teacher_paths(output, run)).train_settings or ["<not recorded>"]
         settings += ["<teacher>", *teacher]
     return settings

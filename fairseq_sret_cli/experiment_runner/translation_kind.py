@@ -3,13 +3,15 @@ by :mod:`.report.translation`."""
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .. import UsageError, UserError
 from .commands import check_data, train_command
 from .experiment_file import load_experiment
 from .kinds import check_paths_fairseq_reads, recorded_runs, usage_errors
+from .records import TranslationRunRecord
 from .run_folder import run_paths
 
 
@@ -43,8 +45,8 @@ class TranslationKind:
         if not args.report_only:
             check_paths_fairseq_reads(self.data, self.output)
         self.results_file = Path(args.results) / f"{self.experiment.name}.json"
-        self.known: Dict[str, dict] = {}
-        self.earlier: List[dict] = []
+        self.known: Dict[str, TranslationRunRecord] = {}
+        self.earlier: List[TranslationRunRecord] = []
 
     def commands(self) -> List[List[str]]:
         args = self.args
@@ -54,7 +56,7 @@ class TranslationKind:
     def read_recorded(self) -> None:
         from .report import check_results_files
 
-        self.known, self.earlier = recorded_runs(self.results_file, self.args.force)
+        self.known, self.earlier = self._recorded()
         check_results_files(Path(self.args.results), self.experiment.name, force=self.args.force)
 
     def refresh(self) -> None:
@@ -90,10 +92,16 @@ class TranslationKind:
         from ..outputs import locked
 
         with locked(self.results_file):
-            known, earlier = recorded_runs(self.results_file, self.args.force)
+            known, earlier = self._recorded()
             self.known = {**self.known, **known}
             self.earlier += [r for r in earlier if r not in self.earlier]
             return self._write()
+
+    def _recorded(self) -> Tuple[Dict[str, TranslationRunRecord], List[TranslationRunRecord]]:
+        """The finished runs the results file records (:func:`~.kinds.recorded_runs`), typed."""
+        known, earlier = recorded_runs(self.results_file, self.args.force)
+        return ({name: TranslationRunRecord.from_json(r) for name, r in known.items()},
+                [TranslationRunRecord.from_json(r) for r in earlier])
 
     def _write(self) -> Dict[str, Path]:
         from .report import write_results
@@ -101,19 +109,19 @@ class TranslationKind:
 
         args = self.args
         records = collect_records(self.whole, self.output, self.known, args.max_update, args.max_epoch, self.data)
-        used = [r for r in records if r.get("status") == "done"]
-        kept = [r for r in self.earlier if not any(r.get("config") == u.get("config") and r.get("row") == u.get("row")
-                                                   and r.get("seed") == u.get("seed") for u in used)]
-        kept = [dict(r, not_matching=self._why_not(r)) for r in kept]
+        used = [r for r in records if r.done]
+        kept = [r for r in self.earlier
+                if not any(r.config == u.config and r.row == u.row and r.seed == u.seed for u in used)]
+        kept = [replace(r, not_matching=self._why_not(r)) for r in kept]
         env = recorded_environment(self.results_file) if args.report_only else None
         return write_results(self.whole, records, args.results, self.command, device_note=args.note, earlier=kept,
                              env=env)
 
-    def _why_not(self, record: dict) -> str:
+    def _why_not(self, record: TranslationRunRecord) -> str:
         """Why a recorded finished run is not among those reported as done."""
         from .settings import data_difference_of
 
-        return (data_difference_of(record.get("train_settings"), self.data)
+        return (data_difference_of(record.train_settings, self.data)
                 or "another configuration than the experiment file now gives its row")
 
     def announce(self, written: Dict[str, Path]) -> None:

@@ -6,6 +6,7 @@ import statistics
 from typing import Dict, List, Optional, Sequence
 
 from ..experiment_file import Experiment
+from ..records import TranslationRunRecord
 from ..run_evaluation import evaluation_key
 
 
@@ -26,9 +27,9 @@ def chrf_score(scores: Sequence[dict]) -> Optional[dict]:
     return next((s for s in scores if s["name"].startswith("chrF")), None)
 
 
-def run_values(record: dict, experiment: Experiment) -> Dict[str, Optional[float]]:
+def run_values(record: TranslationRunRecord, experiment: Experiment) -> Dict[str, Optional[float]]:
     """The table's numbers of one run."""
-    train, model = record.get("train", {}), record.get("model", {})
+    train, model = record.train or {}, record.model or {}
     values = {
         "params": model.get("params"),
         "tokens_per_second": train.get("train_tokens_per_second"),
@@ -38,9 +39,9 @@ def run_values(record: dict, experiment: Experiment) -> Dict[str, Optional[float
         "updates": train.get("updates"),
         "epochs": train.get("epochs"),
         "train_seconds": train.get("seconds"),
-        "train_cpu_seconds": train["cpu_seconds"] if "cpu_seconds" in train else record.get("train_cpu_seconds"),
+        "train_cpu_seconds": train["cpu_seconds"] if "cpu_seconds" in train else record.train_cpu_seconds,
     }
-    for kind, subsets in (record.get("eval") or {}).items():
+    for kind, subsets in (record.eval or {}).items():
         for subset, result in subsets.items():
             bleu, chrf = primary_score(result["scores"]), chrf_score(result["scores"])
             values[f"bleu/{kind}/{subset}"] = bleu["score"] if bleu else None
@@ -57,18 +58,18 @@ def _mean_std(values: List[float]):
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
 
 
-def aggregate(experiment: Experiment, records: List[dict]) -> List[dict]:
+def aggregate(experiment: Experiment, records: List[TranslationRunRecord]) -> List[dict]:
     """Per row: mean, std and the per-seed values of every number of :func:`run_values`."""
     rows = []
     for row in experiment.rows:
-        runs = [r for r in records if r.get("row") == row.id and r.get("status") == "done"]
-        per_seed = {r["seed"]: run_values(r, experiment) for r in runs}
+        runs = [r for r in records if r.row == row.id and r.done]
+        per_seed = {r.seed: run_values(r, experiment) for r in runs}
         keys = sorted({k for v in per_seed.values() for k in v})
         stats = {}
         for key in keys:
             mean, std, n = _mean_std([v.get(key) for v in per_seed.values()])
             stats[key] = {"mean": mean, "std": std, "n": n}
-        applications = next((r["model"]["applications"] for r in runs if r.get("model")), None)
+        applications = next((r.model["applications"] for r in runs if r.model), None)
         rows.append({"id": row.id, "title": row.label, "arch": row.arch, "args": row.args, "notes": row.notes,
                      "max_update": row.max_update,
                      "seeds_done": sorted(per_seed), "seeds_planned": row.seeds, "applications": applications,
@@ -76,20 +77,20 @@ def aggregate(experiment: Experiment, records: List[dict]) -> List[dict]:
     return rows
 
 
-def signatures(records: List[dict]) -> Dict[str, str]:
+def signatures(records: List[TranslationRunRecord]) -> Dict[str, str]:
     found = {}
     for record in records:
-        for subsets in (record.get("eval") or {}).values():
+        for subsets in (record.eval or {}).values():
             for result in subsets.values():
                 for score in result["scores"]:
                     found.setdefault(score["name"], score["signature"])
     return found
 
 
-def subset_names(records: List[dict]) -> Dict[str, str]:
+def subset_names(records: List[TranslationRunRecord]) -> Dict[str, str]:
     names = {}
     for record in records:
-        for subsets in (record.get("eval") or {}).values():
+        for subsets in (record.eval or {}).values():
             for subset, result in subsets.items():
                 names[subset] = result.get("subset_name", subset)
     return names
@@ -104,13 +105,13 @@ def format_stat(stat: Optional[dict], digits: int = 2, scale: float = 1.0) -> st
     return text
 
 
-def row_devices(records: List[dict]) -> Dict[str, List[str]]:
+def row_devices(records: List[TranslationRunRecord]) -> Dict[str, List[str]]:
     """Each row's devices (those its finished runs trained on; an unknown one counts as
     another) when the finished runs trained on more than one device; else empty."""
-    done = [r for r in records if r.get("status") == "done"]
-    if len({d for r in done for d in r.get("trained_on") or []}) < 2:
+    done = [r for r in records if r.done]
+    if len({d for r in done for d in r.trained_on or []}) < 2:
         return {}
     by_row: Dict[str, set] = {}
     for r in done:
-        by_row.setdefault(r["row"], set()).update(r.get("trained_on") or ["device unknown"])
+        by_row.setdefault(r.row, set()).update(r.trained_on or ["device unknown"])
     return {row: sorted(on) for row, on in by_row.items()}

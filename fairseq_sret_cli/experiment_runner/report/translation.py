@@ -12,6 +12,7 @@ from fairseq_sret import json_text
 
 from ...hardware import device_name
 from ..experiment_file import Experiment, describe
+from ..records import TranslationRunRecord
 from ..run_folder import write_text_atomically
 from .common import close_rows
 from .scores import (aggregate, chrf_score, evaluation_keys, format_stat, primary_score, row_devices, signatures,
@@ -64,8 +65,9 @@ def check_results_files(results_dir: Path, name: str, force: bool = False) -> No
         fix="give another --results folder, or pass --force to replace them (nothing else is touched)")
 
 
-def write_results(experiment: Experiment, records: List[dict], results_dir, command: str,
-                  device_note: str = "", earlier: Sequence[dict] = (), env: Optional[dict] = None) -> Dict[str, Path]:
+def write_results(experiment: Experiment, records: List[TranslationRunRecord], results_dir, command: str,
+                  device_note: str = "", earlier: Sequence[TranslationRunRecord] = (),
+                  env: Optional[dict] = None) -> Dict[str, Path]:
     """Write ``NAME.json``, ``NAME.md`` and the plots; returns their paths.
 
     ``earlier``: finished runs of an earlier configuration, kept in the JSON (not in the
@@ -81,7 +83,7 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
         env["note"] = device_note
     out = {"json": results_dir / f"{experiment.name}.json", "md": results_dir / f"{experiment.name}.md"}
     payload = {"experiment": describe(experiment), "command": command, "environment": env,
-               "rows": rows, "runs": records, "earlier_runs": list(earlier)}
+               "rows": rows, "runs": [r.to_json() for r in records], "earlier_runs": [r.to_json() for r in earlier]}
     write_text_atomically(out["json"], json_text.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     plots = plot(experiment, rows, records, results_dir, env, command)
     out.update(plots)
@@ -89,16 +91,16 @@ def write_results(experiment: Experiment, records: List[dict], results_dir, comm
     return out
 
 
-def _kept(earlier: Sequence[dict]) -> str:
+def _kept(earlier: Sequence[TranslationRunRecord]) -> str:
     """The report's lines on the recorded runs it keeps but does not count (``not_matching``: why)."""
-    kept = [r for r in earlier if r.get("not_matching")]
+    kept = [r for r in earlier if r.not_matching]
     if not kept:
         return ""
     return "\n".join(["", "Recorded runs kept in the JSON (`earlier_runs`) but not counted above:", ""]
-                     + [f"- {r.get('row')}/seed{r.get('seed')}: {r['not_matching']}" for r in kept]) + "\n"
+                     + [f"- {r.name}: {r.not_matching}" for r in kept]) + "\n"
 
 
-def markdown(experiment: Experiment, rows: List[dict], records: List[dict], command: str, env: dict,
+def markdown(experiment: Experiment, rows: List[dict], records: List[TranslationRunRecord], command: str, env: dict,
              plots: Dict[str, Path]) -> str:
     """The report page: what was run and where, the rows' table, each seed's, and the figures."""
     ev = experiment.evaluation
@@ -183,12 +185,11 @@ def _rows_table(experiment: Experiment, rows: List[dict], subsets: Dict[str, str
     return lines
 
 
-def _seeds_table(experiment: Experiment, rows: List[dict], records: List[dict], subsets: Dict[str, str],
+def _seeds_table(experiment: Experiment, rows: List[dict], records: List[TranslationRunRecord], subsets: Dict[str, str],
                  kinds: List[str]) -> List[str]:
     """One line a finished run."""
     ev = experiment.evaluation
-    trained_on = {(r["row"], r["seed"]): ", ".join(r.get("trained_on") or ["–"])
-                  for r in records if r.get("status") == "done"}
+    trained_on = {(r.row, r.seed): ", ".join(r.trained_on or ["–"]) for r in records if r.done}
     lines = ["", "Each seed:", "", "| row | seed | trained on | best valid loss | best at update | seconds to best | "
              + " | ".join(f"BLEU {subsets.get(x, x)} ({k})" for k in kinds for x in ev.subsets) + " |",
              "|" + "---|" * (6 + len(kinds) * len(ev.subsets))]
@@ -202,12 +203,13 @@ def _seeds_table(experiment: Experiment, rows: List[dict], records: List[dict], 
     return lines
 
 
-def learning_curves(experiment: Experiment, records: List[dict], subsets: Dict[str, str]) -> List[str]:
+def learning_curves(experiment: Experiment, records: List[TranslationRunRecord],
+                    subsets: Dict[str, str]) -> List[str]:
     """Markdown lines: BLEU and chrF of every ``eval.curve`` checkpoint of every finished run,
     with the training CPU seconds it cost (the runner's trace; "–" where the trace did not
     reach it)."""
     ev = experiment.evaluation
-    done = [r for r in records if r.get("status") == "done" and r.get("curve")]
+    done = [r for r in records if r.done and r.curve]
     if not ev.curve_every or not done:
         return []
     names = [subsets.get(x, x) for x in ev.curve_subsets]
@@ -216,9 +218,9 @@ def learning_curves(experiment: Experiment, records: List[dict], subsets: Dict[s
              "| run | epoch | update | train CPU s | valid loss | "
              + " | ".join(f"BLEU {n} | chrF {n}" for n in names) + " |",
              "|" + "---|" * (5 + 2 * len(names))]
-    for record in sorted(done, key=lambda r: (r["row"], r["seed"])):
-        for point in record["curve"]:
-            cells = [f"{record['row']}/seed{record['seed']}", str(point["epoch"]), str(point["update"]),
+    for record in sorted(done, key=lambda r: (r.row, r.seed)):
+        for point in record.curve:
+            cells = [record.name, str(point["epoch"]), str(point["update"]),
                      format_stat({"mean": point.get("cpu_seconds")}, 0), format_stat({"mean": point.get("valid_loss")}, 3)]
             for subset in ev.curve_subsets:
                 scores = (point["eval"].get(subset) or {}).get("scores") or []
@@ -229,13 +231,13 @@ def learning_curves(experiment: Experiment, records: List[dict], subsets: Dict[s
 
 
 
-def mixed_devices(records: List[dict]) -> List[str]:
+def mixed_devices(records: List[TranslationRunRecord]) -> List[str]:
     """Markdown lines when the finished runs trained on more than one device: their seconds
     (and a resumed run's, when it moved) are not one processor's, so say which rows mix them."""
     by_row = row_devices(records)
     if not by_row:
         return []
-    devices = sorted({d for r in records if r.get("status") == "done" for d in r.get("trained_on") or []})
+    devices = sorted({d for r in records if r.done for d in r.trained_on or []})
     mixed = sorted(row for row, on in by_row.items() if len(on) > 1)
     text = (f"The runs trained on {len(devices)} devices ({'; '.join(devices)}; the per-seed table names each"
             " run's): BLEU, losses and updates compare across them; seconds (CPU and wall), tokens/s and sent/s"
@@ -245,25 +247,25 @@ def mixed_devices(records: List[dict]) -> List[str]:
     return ["", text]
 
 
-def cut_runs(records: List[dict]) -> List[str]:
+def cut_runs(records: List[TranslationRunRecord]) -> List[str]:
     """Markdown lines on the finished runs trained past the epoch at which --patience stops them."""
-    cut = [r for r in records if r.get("status") == "done" and (r.get("train") or {}).get("epochs_trained")]
+    cut = [r for r in records if r.done and (r.train or {}).get("epochs_trained")]
     if not cut:
         return []
     lines = ["", "Runs trained past the epoch at which their validation history meets --patience (resumed by a"
              " fairseq that did not keep the count): each is counted, evaluated and timed as of that epoch (its"
              " best, and the epoch checkpoints ending there); the later epochs are left out.", "",
              "| run | best epoch | stops at epoch | trained to epoch |", "|---|---|---|---|"]
-    for r in sorted(cut, key=lambda r: (r["row"], r["seed"])):
-        train = r["train"]
-        lines.append(f"| {r['row']}/seed{r['seed']} | {train.get('best_epoch')} | {train['stopped_at_epoch']} | "
+    for r in sorted(cut, key=lambda r: (r.row, r.seed)):
+        train = r.train
+        lines.append(f"| {r.name} | {train.get('best_epoch')} | {train['stopped_at_epoch']} | "
                      f"{train['epochs_trained']} |")
     return lines
 
 
-def restarted_runs(records: List[dict]) -> List[str]:
+def restarted_runs(records: List[TranslationRunRecord]) -> List[str]:
     """Markdown lines on the finished runs that took more than one training process."""
-    restarted = [r for r in records if r.get("status") == "done" and (r.get("train") or {}).get("starts", 1) > 1]
+    restarted = [r for r in records if r.done and (r.train or {}).get("starts", 1) > 1]
     if not restarted:
         return []
     lines = ["", "Runs trained by more than one process (stopped at a time limit and resumed, or restarted after"
@@ -272,13 +274,14 @@ def restarted_runs(records: List[dict]) -> List[str]:
              " counts the processes whose CPU time the runner recorded, and a process killed with its runner is"
              " not counted.", "", "| run | training processes | counted in train CPU s | updates trained again |",
              "|---|---|---|---|"]
-    for r in sorted(restarted, key=lambda r: (r["row"], r["seed"])):
-        train = r["train"]
-        counted = "all (CPU trace)" if train.get("cpu_seconds") is not None else r.get("train_processes", "–")
+    for r in sorted(restarted, key=lambda r: (r.row, r.seed)):
+        train = r.train
+        processes = "–" if r.train_processes is None else r.train_processes
+        counted = "all (CPU trace)" if train.get("cpu_seconds") is not None else processes
         if train.get("cpu_traced_to"):  # a trace that ends before the last update: not counted, but said
             traced = train["cpu_traced_to"]
             counted = (f"none: the CPU trace ends at update {traced['update']} of {train.get('updates')}"
                        f" ({traced['seconds']:.0f} s)")
-        lines.append(f"| {r['row']}/seed{r['seed']} | {train['starts']} | {counted} | "
+        lines.append(f"| {r.name} | {train['starts']} | {counted} | "
                      f"{train.get('repeated_updates', 0)} |")
     return lines

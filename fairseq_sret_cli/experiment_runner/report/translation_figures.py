@@ -9,6 +9,7 @@ from fairseq_sret.atomic_files import replacing
 
 from ... import pyplot
 from ..experiment_file import Experiment
+from ..records import TranslationRunRecord
 from .scores import evaluation_keys, primary_score, row_devices, subset_names
 
 #: the figures :func:`plot` draws, ``NAME_<suffix>.png``
@@ -27,7 +28,7 @@ def figure_caption(env: dict, command: str) -> str:
     return "\n".join(textwrap.wrap(where, 150) + textwrap.wrap(command, 150))
 
 
-def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_dir: Path,
+def plot(experiment: Experiment, rows: List[dict], records: List[TranslationRunRecord], results_dir: Path,
          env: Optional[dict] = None, command: str = "") -> Dict[str, Path]:
     """The figures: valid loss against updates and training seconds (every run); BLEU
     against unique parameters, against training CPU seconds and against decoding speed
@@ -46,8 +47,8 @@ def plot(experiment: Experiment, rows: List[dict], records: List[dict], results_
 class _Figures:
     """The figures of :func:`plot`, one a method, each row in the same colour and mark in all."""
 
-    def __init__(self, experiment: Experiment, rows: List[dict], records: List[dict], results_dir: Path,
-                 caption: str):
+    def __init__(self, experiment: Experiment, rows: List[dict], records: List[TranslationRunRecord],
+                 results_dir: Path, caption: str):
         self.plt = pyplot()
         palette, marks = self.plt.cm.tab20.colors, "osD^vP*Xhp<>"
         self.styles = {row["id"]: (palette[i % len(palette)], marks[i % len(marks)]) for i, row in enumerate(rows)}
@@ -100,12 +101,12 @@ class _Figures:
         fig, (by_update, by_time) = self.new_figure("validation loss", width=13.0, panels=2)
         labelled = set()
         for record in self.records:
-            curve = (record.get("train") or {}).get("curve") or []
-            if not curve or record.get("row") not in self.styles:
+            curve = (record.train or {}).get("curve") or []
+            if not curve or record.row not in self.styles:
                 continue
-            color, _ = self.styles[record["row"]]
-            label = None if record["row"] in labelled else self.named(record["row"], record["row"])
-            labelled.add(record["row"])
+            color, _ = self.styles[record.row]
+            label = None if record.row in labelled else self.named(record.row, record.row)
+            labelled.add(record.row)
             by_update.plot([p["update"] for p in curve], [p["valid_loss"] for p in curve], color=color)
             by_time.plot([p["seconds"] for p in curve], [p["valid_loss"] for p in curve], color=color, label=label)
         by_update.set_xlabel("updates")
@@ -141,8 +142,7 @@ class _Figures:
 
     def learning_curve(self) -> None:
         """BLEU of the curve's checkpoints against training CPU time (with ``eval.curve``)."""
-        curves = [r for r in self.records
-                  if r.get("status") == "done" and r.get("curve") and r.get("row") in self.styles]
+        curves = [r for r in self.records if r.done and r.curve and r.row in self.styles]
         if not curves:
             return
         curve_subset = self.experiment.evaluation.curve_subsets[0]
@@ -151,13 +151,13 @@ class _Figures:
         labelled = set()
         for record in curves:
             points = [(p["cpu_seconds"], primary_score((p["eval"].get(curve_subset) or {}).get("scores") or []))
-                      for p in record["curve"]]
+                      for p in record.curve]
             points = [(x, b["score"]) for x, b in points if x is not None and b]
             if not points:
                 continue
-            color, mark = self.styles[record["row"]]
-            label = None if record["row"] in labelled else self.named(record["row"], record["row"])
-            labelled.add(record["row"])
+            color, mark = self.styles[record.row]
+            label = None if record.row in labelled else self.named(record.row, record.row)
+            labelled.add(record.row)
             axis.plot([x for x, _ in points], [y for _, y in points], mark + "-", color=color, label=label,
                       markersize=4)
         axis.set_xlabel("training CPU seconds (user + system) when the checkpoint was saved")

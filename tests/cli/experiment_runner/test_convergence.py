@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner, training_summary
+from fairseq_sret_cli.experiment_runner.records import TranslationRunRecord
 from fairseq_sret_cli.experiment_runner.run_evaluation import checkpoint_for
 from fairseq_sret_cli.experiment_runner.run_folder import RunPaths, read_record, run_paths, write_record
 from fairseq_sret_cli.experiment_runner.settings import finished_record, run_settings
@@ -111,8 +112,8 @@ def test_a_training_whose_log_meets_patience_is_stopped_and_counted_to_it(conver
     experiment = parse_experiment(EXPERIMENT)
     records = runner.run_experiment(experiment, str(tmp_path / "data"), tmp_path / "runs", progress_interval=0)
     assert converging["evaluated"] == ["checkpoint7.pt"]
-    assert records[0]["status"] == "done"
-    assert (records[0]["train"]["stopped_at_epoch"], records[0]["train"]["epochs_trained"]) == (10, 12)
+    assert records[0].done
+    assert (records[0].train["stopped_at_epoch"], records[0].train["epochs_trained"]) == (10, 12)
 
 
 def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging, tmp_path):
@@ -121,7 +122,7 @@ def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging,
     paths = run_paths(tmp_path / "runs", run)
     paths.checkpoints.mkdir(parents=True)
     settings = run_settings(experiment, run, str(tmp_path / "data"), tmp_path / "runs", False, None, None, None)
-    write_record(paths, {"status": "training", "train_settings": settings})
+    write_record(paths, TranslationRunRecord(status="training", train_settings=settings))
     before = log_text(VALID, restart_after=5)
     paths.train_log.write_text(before)
     samples = [{"pid": 1, "from_update": 0, "update": 60, "process_cpu_seconds": 60.0},
@@ -130,9 +131,9 @@ def test_a_run_whose_log_already_meets_patience_is_not_trained_again(converging,
     paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
     records = runner.run_experiment(experiment, str(tmp_path / "data"), tmp_path / "runs", progress_interval=0)
     assert paths.train_log.read_text() == before and converging["evaluated"] == ["checkpoint7.pt"]
-    train = records[0]["train"]
+    train = records[0].train
     assert (train["stopped_at_epoch"], train["updates"], train["starts"]) == (10, 100, 2)
-    assert records[0]["status"] == "done" and finished_record(experiment, run, tmp_path / "runs") is not None
+    assert records[0].done and finished_record(experiment, run, tmp_path / "runs") is not None
     assert train["cpu_seconds"] == 60.0 + 45.0  # epoch 5's 50 updates from the first process, then the second's
 
 
@@ -149,13 +150,13 @@ def test_report_only_reads_a_finished_run_s_training_again(tmp_path):
     paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
     old = {"status": "done", "train": {"epochs": 12, "updates": 120}, "eval": {"best": {"test": {"scores": [1]}}},
            "curve": [{"epoch": 10, "update": 100, "cpu_seconds": 999.0, "eval": {}}]}
-    write_record(paths, old)
+    write_record(paths, TranslationRunRecord.from_json(old))
     assert refresh_training(experiment, tmp_path) == [run.name]
     record = read_record(paths)
-    assert (record["train"]["epochs"], record["train"]["updates"], record["train"]["stopped_at_epoch"]) == (10, 100, 10)
-    assert record["train"]["cpu_seconds"] == pytest.approx(60.0 + 50 / 70 * 65.0, abs=0.1)  # linear within process 2
-    assert record["curve"][0]["cpu_seconds"] == record["train"]["cpu_seconds"]
-    assert record["eval"] == old["eval"]
+    assert (record.train["epochs"], record.train["updates"], record.train["stopped_at_epoch"]) == (10, 100, 10)
+    assert record.train["cpu_seconds"] == pytest.approx(60.0 + 50 / 70 * 65.0, abs=0.1)  # linear within process 2
+    assert record.curve[0]["cpu_seconds"] == record.train["cpu_seconds"]
+    assert record.eval == old["eval"]
     assert refresh_training(experiment, tmp_path) == []  # read once, nothing changes again
 
 
@@ -171,8 +172,9 @@ def test_a_trace_that_ends_before_the_last_update_counts_nothing_and_says_how_fa
                {"pid": 2, "from_update": 50, "update": 90, "process_cpu_seconds": 40.0}]  # its last 10 updates unsampled
     paths.cpu_trace.write_text("".join(json.dumps(s) + "\n" for s in samples))
     experiment = parse_experiment(dict(EXPERIMENT, eval={"checkpoints": ["best"], "curve": {"every": 5}}))
-    train = summarise_training(experiment, paths, {})
+    train = summarise_training(experiment, paths, TranslationRunRecord())
     assert train["updates"] == 100 and train["cpu_seconds"] is None
     assert train["cpu_traced_to"] == {"update": 90, "seconds": 90.0}
-    table = "\n".join(restarted_runs([{"row": "r", "seed": 1, "status": "done", "train": train, "train_processes": 2}]))
+    run = TranslationRunRecord(row="r", seed=1, status="done", train=train, train_processes=2)
+    table = "\n".join(restarted_runs([run]))
     assert "| r/seed1 | 2 | none: the CPU trace ends at update 90 of 100 (90 s) |" in table

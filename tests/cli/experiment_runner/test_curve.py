@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from fairseq_sret_cli.experiment_runner import parse_experiment, train_command
 from fairseq_sret_cli.experiment_runner import report
 from fairseq_sret_cli.experiment_runner.commands import portable
 from fairseq_sret_cli.experiment_runner.cpu_time import CpuTrace, cpu_cost_path, cpu_seconds_at, read_cpu_trace
+from fairseq_sret_cli.experiment_runner.records import TranslationRunRecord
 from fairseq_sret_cli.experiment_runner.run_evaluation import evaluate_curve
 from fairseq_sret_cli.experiment_runner.run_folder import RunPaths
 from fairseq_sret_cli.experiment_runner.settings import run_config
@@ -144,8 +146,8 @@ def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monke
         (paths.checkpoints / name).write_text("weights")
     paths.cpu_trace.write_text("".join(json.dumps({"update": 100 * e, "cpu_seconds": 10.0 * e}) + "\n"
                                        for e in range(1, 13)))
-    record = {"train": {"curve": [{"epoch": e, "update": 100 * e, "valid_loss": 5.0 - e / 10}
-                                  for e in range(1, 13)]}}
+    record = TranslationRunRecord(train={"curve": [{"epoch": e, "update": 100 * e, "valid_loss": 5.0 - e / 10}
+                                                   for e in range(1, 13)]})
     decoded = []
 
     def fake_evaluate(data, checkpoint, subset, output_dir, **kwargs):
@@ -167,7 +169,7 @@ def test_the_curve_decodes_every_nth_epoch_and_prunes_the_others(tmp_path, monke
     evaluate_curve(exp, paths, "bin", record)
     assert decoded == []
 
-    lines = report.learning_curves(exp, [dict(record, row="sret", seed=1, status="done")], {"test": "flickr"})
+    lines = report.learning_curves(exp, [replace(record, row="sret", seed=1, status="done")], {"test": "flickr"})
     assert "| sret/seed1 | 10 | 1000 | 100 | 4.000 | 10.00 | 20.00 |" in lines
 
 

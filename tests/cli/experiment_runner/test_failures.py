@@ -40,9 +40,9 @@ def test_one_failed_evaluation_stops_no_other_run(quick_runner):
                                    "rows": [{"id": "a", "arch": "t"}, {"id": "b", "arch": "t"}]})
     with pytest.raises(RuntimeError, match="1 runs failed: a/seed1"):
         runner.run_experiment(experiment, str(quick_runner / "data"), quick_runner / "runs", progress_interval=0)
-    records = {r["row"]: r for r in collect_records(experiment, quick_runner / "runs")}
-    assert records["a"]["status"] == "failed" and "fairseq-generate failed" in records["a"]["error"]
-    assert records["b"]["status"] == "done" and "no epoch checkpoints" in records["b"]["eval_skipped"]["last2"]
+    records = {r.row: r for r in collect_records(experiment, quick_runner / "runs")}
+    assert records["a"].status == "failed" and "fairseq-generate failed" in records["a"].error
+    assert records["b"].done and "no epoch checkpoints" in records["b"].eval_skipped["last2"]
 
 
 def test_nothing_to_average_is_its_own_error(tmp_path):

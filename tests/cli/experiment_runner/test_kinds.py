@@ -1,5 +1,5 @@
 """The pieces every experiment kind shares: the kind an experiment file names, the scheduler's
-slots, deadline and interruption, and the typed image run records."""
+slots, deadline and interruption, and the typed image and translation run records."""
 
 import json
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 
 from fairseq_sret_cli.experiments import get_parser
 from fairseq_sret_cli.experiment_runner.kinds import experiment_kind
-from fairseq_sret_cli.experiment_runner.records import ImageRunRecord
+from fairseq_sret_cli.experiment_runner.records import ImageRunRecord, TranslationRunRecord
 from fairseq_sret_cli.experiment_runner.scheduler import ProcessScheduler
 
 REPO = Path(__file__).resolve().parents[3]
@@ -135,3 +135,32 @@ def test_a_committed_translation_report_written_again_from_its_records_is_the_sa
     monkeypatch.chdir(tmp_path)
     assert experiments.main(argv[1:]) == 0
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name in committed} == committed
+
+
+@pytest.mark.parametrize("name", ["multi30k_cpu", "multi30k_converged", "multi30k_frontier_models",
+                                  "quickstart_candidates"])
+def test_the_committed_translation_results_load_as_typed_records_and_write_back_the_same(name):
+    stored = json.loads((REPO / "docs/results" / f"{name}.json").read_text(encoding="utf-8"))
+    records = [TranslationRunRecord.from_json(run) for run in stored["runs"] + stored["earlier_runs"]]
+    assert [json.dumps(r.to_json()) for r in records] == [json.dumps(run) for run in
+                                                          stored["runs"] + stored["earlier_runs"]]  # key order too
+    assert records and all(r.done and r.name == f"{r.row}/seed{r.seed}" for r in records)
+    assert all(r.eval and r.train is not None and r.config for r in records)
+
+
+def test_a_translation_record_keeps_the_keys_it_does_not_name_and_adds_new_ones_after_those_read():
+    stored = {"train_cpu_seconds": 5.0, "status": "training", "row": "a", "seed": 1, "continued_from": "x",
+              "error": None}
+    record = TranslationRunRecord.from_json(stored)
+    assert record.extras == {"continued_from": "x", "error": None} and record.status == "training"
+    record.update(status="done", train={"updates": 3}, model={"params": 1})
+    assert list(record.to_json()) == [*stored, "train", "model"] and record.to_json()["status"] == "done"
+    record.train_cpu_seconds = None  # dropped
+    assert "train_cpu_seconds" not in record.to_json() and record.to_json()["continued_from"] == "x"
+    with pytest.raises(TypeError, match="no field 'result'"):
+        record.update(result={})
+    # a run the runner starts: the keys in the order it first writes them
+    fresh = TranslationRunRecord()
+    fresh.update(status="training", row="b", seed=2, config={}, uptrain={"from": "a/seed2"})
+    assert list(fresh.to_json()) == ["uptrain", "status", "row", "seed", "config"]
+    assert TranslationRunRecord.from_json({}).to_json() == {} and not fresh.done

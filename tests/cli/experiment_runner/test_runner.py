@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_sret_cli.experiment_runner import ExperimentError, parse_experiment, parse_training_log, training_summary
+from fairseq_sret_cli.experiment_runner.records import TranslationRunRecord
 from fairseq_sret_cli.hardware import cpu_model
 from fairseq_sret_cli.toy import write_reversal_corpus
 
@@ -83,14 +84,14 @@ def test_updates_trained_again_after_a_resume_or_a_restart_are_counted():
 def test_the_report_lists_the_runs_that_took_several_processes():
     from fairseq_sret_cli.experiment_runner.report import restarted_runs
 
-    runs = [{"row": "a", "seed": 1, "status": "done", "train_processes": 2,
-             "train": {"starts": 2, "repeated_updates": 88}},
-            {"row": "a", "seed": 2, "status": "done", "train_processes": 1, "train": {"starts": 1}},
-            {"row": "b", "seed": 1, "status": "training", "train": {"starts": 3}}]
+    runs = [TranslationRunRecord(row="a", seed=1, status="done", train_processes=2,
+                                 train={"starts": 2, "repeated_updates": 88}),
+            TranslationRunRecord(row="a", seed=2, status="done", train_processes=1, train={"starts": 1}),
+            TranslationRunRecord(row="b", seed=1, status="training", train={"starts": 3})]
     lines = restarted_runs(runs)
     assert [line for line in lines if line.startswith("| a/")] == ["| a/seed1 | 2 | 2 | 88 |"]
     assert restarted_runs(runs[1:]) == []
-    traced = dict(runs[0], train=dict(runs[0]["train"], cpu_seconds=900.0), train_processes=None)
+    traced = TranslationRunRecord(row="a", seed=1, status="done", train=dict(runs[0].train, cpu_seconds=900.0))
     assert "| a/seed1 | 2 | all (CPU trace) | 88 |" in restarted_runs([traced])
 
 
@@ -111,11 +112,9 @@ def test_the_report_says_when_runs_trained_on_several_devices():
     from fairseq_sret_cli.experiment_runner.report import mixed_devices, row_devices
 
     amd, xeon = "CPU AMD EPYC", "CPU Intel(R) Xeon(R) Processor"
-    runs = [{"row": "a", "seed": 1, "status": "done", "trained_on": [amd]},
-            {"row": "a", "seed": 2, "status": "done", "trained_on": [xeon]},
-            {"row": "b", "seed": 1, "status": "done", "trained_on": [amd]},
-            {"row": "c", "seed": 1, "status": "done", "trained_on": [amd, xeon]},
-            {"row": "d", "seed": 1, "status": "training", "trained_on": [xeon]}]
+    runs = [TranslationRunRecord(row=row, seed=seed, status=status, trained_on=on)
+            for row, seed, status, on in [("a", 1, "done", [amd]), ("a", 2, "done", [xeon]), ("b", 1, "done", [amd]),
+                                          ("c", 1, "done", [amd, xeon]), ("d", 1, "training", [xeon])]]
     text = " ".join(mixed_devices(runs))
     assert f"2 devices ({amd}; {xeon}" in text and "Rows whose seconds mix devices: `a`, `c`." in text
     assert mixed_devices([runs[0], runs[2]]) == [] and mixed_devices([runs[0], runs[4]]) == []
@@ -171,16 +170,15 @@ def test_selecting_rows_and_seeds():
     assert exp.with_runs_of(exp.select(["a"], [2])).runs() == exp.runs()
 
 
-def _row_record(row: str, seed: int, bleu: dict, cpu_seconds: float) -> dict:
+def _row_record(row: str, seed: int, bleu: dict, cpu_seconds: float) -> TranslationRunRecord:
     """One finished run as the runner records it: BLEU and speed per decoded variant."""
-    return {"status": "done", "row": row, "seed": seed, "train_cpu_seconds": cpu_seconds,
-            "model": {"params": 6e6, "applications": "4+4"},
-            "train": {"best_valid_loss": 4.1, "updates": 100,
-                      "curve": [{"update": 50, "seconds": 10, "valid_loss": 5.0},
-                                {"update": 100, "seconds": 20, "valid_loss": 4.1}]},
-            "eval": {key: {"test": {"subset_name": "test_2016_flickr", "speed": {"sentences_per_second": 30.0 + seed},
-                                    "scores": [{"name": "BLEU", "score": score, "signature": "nrefs:1"}]}}
-                     for key, score in bleu.items()}}
+    return TranslationRunRecord(
+        status="done", row=row, seed=seed, train_cpu_seconds=cpu_seconds, model={"params": 6e6, "applications": "4+4"},
+        train={"best_valid_loss": 4.1, "updates": 100, "curve": [{"update": 50, "seconds": 10, "valid_loss": 5.0},
+                                                                 {"update": 100, "seconds": 20, "valid_loss": 4.1}]},
+        eval={key: {"test": {"subset_name": "test_2016_flickr", "speed": {"sentences_per_second": 30.0 + seed},
+                             "scores": [{"name": "BLEU", "score": score, "signature": "nrefs:1"}]}}
+              for key, score in bleu.items()})
 
 
 def test_figures_name_the_machine_and_the_command_and_draw_the_depth_curve(tmp_path):
@@ -205,7 +203,7 @@ def test_figures_name_the_machine_and_the_command_and_draw_the_depth_curve(tmp_p
         assert "sret-experiments exp.yaml --cpu" in caption
 
     # no row decoded at two depths: no depth curve
-    records = [r for r in records if r["row"] == "transformer"]
+    records = [r for r in records if r.row == "transformer"]
     experiment = parse_experiment(minimal(rows=[{"id": "transformer", "arch": "transformer"}],
                                           eval={"checkpoints": ["last"], "subsets": ["test"]}), "exp.yaml")
     (tmp_path / "one").mkdir()
@@ -432,11 +430,11 @@ def test_reaping_a_training_process_gives_its_own_cpu_time():
     code_idle, idle_seconds = reap(idle, block=True)
     assert code == code_idle == 0
     assert 0.4 <= busy_seconds < 2.0 and idle_seconds < 0.35  # the sleeping child is not charged the busy one's time
-    record = {}
+    record = TranslationRunRecord()
     add_cpu_seconds(record, busy_seconds)
     add_cpu_seconds(record, idle_seconds)  # a resumed run: the processes add up
-    assert record["train_processes"] == 2
-    assert record["train_cpu_seconds"] == pytest.approx(busy_seconds + idle_seconds, abs=0.1)
+    assert record.train_processes == 2
+    assert record.train_cpu_seconds == pytest.approx(busy_seconds + idle_seconds, abs=0.1)
 
 
 def test_asking_whether_a_training_still_runs_leaves_its_cpu_time_to_the_reaping():

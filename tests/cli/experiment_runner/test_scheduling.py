@@ -13,6 +13,7 @@ import time
 import pytest
 
 from fairseq_sret_cli.experiment_runner import parse_experiment, runner
+from fairseq_sret_cli.experiment_runner.records import TranslationRunRecord
 from fairseq_sret_cli.experiment_runner.run_folder import run_paths, write_record
 from fairseq_sret_cli.experiment_runner.settings import run_settings
 
@@ -38,7 +39,7 @@ def test_interrupted_runs_resume_before_new_runs_start(monkeypatch, tmp_path):
             settings = run_settings(experiment, run, str(tmp_path / "data"), tmp_path / "runs", False, None, None, None)
             paths.checkpoints.mkdir(parents=True, exist_ok=True)  # train_command made it
             (paths.checkpoints / "checkpoint_last.pt").write_bytes(b"")
-            write_record(paths, {"status": "training", "train_settings": settings})
+            write_record(paths, TranslationRunRecord(status="training", train_settings=settings))
     before = signal.getsignal(signal.SIGTERM)
     runner.run_experiment(experiment, str(tmp_path / "data"), tmp_path / "runs", progress_interval=0)
     assert order.read_text().split() == ["a/seed2", "b/seed1", "a/seed1", "b/seed2"]
