@@ -14,8 +14,25 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 
+class RunNaming:
+    """What a run record's ``row``, ``seed`` and ``status`` say: its name (``ROW/seedN``) and
+    whether it is done."""
+
+    row: Optional[str]
+    seed: Optional[int]
+    status: Optional[str]
+
+    @property
+    def name(self) -> str:
+        return f"{self.row}/seed{self.seed}"
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+
 @dataclass
-class ImageRunRecord:
+class ImageRunRecord(RunNaming):
     """One image run: ``status`` ``done`` (with its ``result`` and per-epoch ``history``) or
     ``missing``; ``not_matching``: why the record a results file keeps (``recorded``) does not
     count here."""
@@ -27,14 +44,6 @@ class ImageRunRecord:
     history: List[dict] = field(default_factory=list)
     not_matching: Optional[str] = None
     recorded: Optional[dict] = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.row}/seed{self.seed}"
-
-    @property
-    def done(self) -> bool:
-        return self.status == "done"
 
     def to_json(self) -> dict:
         """The run as the results file keeps it (a recorded run that does not serve: as recorded)."""
@@ -62,7 +71,7 @@ TRANSLATION_KEYS = ("uptrain", "status", "row", "seed", "command", "jobs", "conf
 
 
 @dataclass
-class TranslationRunRecord:
+class TranslationRunRecord(RunNaming):
     """One translation run as its folder's ``run.json`` and the results file keep it: ``status``
     (``training``, ``failed``, ``done``, ``done with other settings``, ...; none before its first
     training), the training command and settings, the CPU seconds and devices of its training
@@ -94,14 +103,6 @@ class TranslationRunRecord:
     not_matching: Optional[str] = None
     extras: Dict[str, Any] = field(default_factory=dict)
     key_order: List[str] = field(default_factory=list, repr=False, compare=False)
-
-    @property
-    def name(self) -> str:
-        return f"{self.row}/seed{self.seed}"
-
-    @property
-    def done(self) -> bool:
-        return self.status == "done"
 
     def update(self, **fields) -> None:
         """Set the named fields (TypeError for a name that is not one)."""
