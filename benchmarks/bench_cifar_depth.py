@@ -10,13 +10,14 @@ counts them (so committed rows are drawn on a machine without their run folders)
 measured here: inference of each row's model at each depth on one thread, batch ``--batch-size``
 of 32x32 images, process CPU time, median of ``--rounds`` taken round-robin over every model and
 depth (so that a machine's slower minutes fall on every point alike; rows of one model and
-configuration are one measurement). Rows without a finished run are listed as missing. Writes
-the figure and ``OUT`` with ``.json``.
+configuration are one measurement); the table and the JSON give the range of the turns beside
+the median. Rows without a finished run are listed as missing. Writes the figure and ``OUT``
+with ``.json``.
 """
 
 import statistics
 from pathlib import Path
-from typing import Dict, Hashable
+from typing import Dict, Hashable, Tuple
 
 import torch
 
@@ -27,10 +28,11 @@ from benchmarks.common import (
 from fairseq_sret import json_text
 
 
-def images_per_cpu_second(points: Dict[Hashable, tuple], batch: int, rounds: int) -> Dict[Hashable, float]:
-    """{name: images per CPU second} of ``points`` {name: (model, depth)}: each model at its
-    depth (``None``: as built) takes one batch a turn, round-robin, ``rounds`` turns; the
-    median turn counts."""
+def images_per_cpu_second(points: Dict[Hashable, tuple], batch: int,
+                          rounds: int) -> Dict[Hashable, Tuple[float, float, float]]:
+    """{name: (median, slowest, fastest) images per CPU second} of ``points`` {name: (model,
+    depth)}: each model at its depth (``None``: as built) takes one batch a turn, round-robin,
+    ``rounds`` turns."""
     x = torch.randn(batch, 3, 32, 32)
 
     def forward(model, depth):
@@ -41,7 +43,8 @@ def images_per_cpu_second(points: Dict[Hashable, tuple], batch: int, rounds: int
     calls = {name: (lambda model=model, depth=depth: forward(model, depth)) for name, (model, depth) in points.items()}
     with torch.no_grad():
         times = measure(calls, torch.device("cpu"), warmup=1, iters=1, rounds=rounds, clock="cpu")
-    return {name: batch / median(seconds) for name, seconds in times.items()}
+    return {name: (batch / median(seconds), batch / max(seconds), batch / min(seconds))
+            for name, seconds in times.items()}
 
 
 def build_parser():
@@ -111,13 +114,15 @@ def main(argv=None) -> None:
     speeds = images_per_cpu_second({(config, p["depth"]): (models[config], p["depth"]) for config, p in points},
                                    args.batch_size, args.rounds)
     for config, point in points:
-        point["images_per_cpu_s"] = speeds[config, point["depth"]]
+        speed, slowest, fastest = speeds[config, point["depth"]]
+        point["images_per_cpu_s"], point["images_per_cpu_s_range"] = speed, [slowest, fastest]
     points = [point for _, point in points]
     table = [[title, "", "missing", "", ""] if p is None else
-             [title, "" if p["depth"] is None else p["depth"], f"{p['top1_mean']:.2f}", f"{p['images_per_cpu_s']:.0f}",
-              p["seeds"]] for title, p in table]
+             [title, "" if p["depth"] is None else p["depth"], f"{p['top1_mean']:.2f}",
+              "{:.0f} ({:.0f}-{:.0f})".format(p["images_per_cpu_s"], *p["images_per_cpu_s_range"]), p["seeds"]]
+             for title, p in table]
     print_table(f"{experiment.title}: test top-1 against inference speed", ["row", "depth", "test top-1 (%)",
-                "images / CPU s", "seeds"], table)
+                f"images / CPU s, median (range) of {args.rounds}", "seeds"], table)
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))

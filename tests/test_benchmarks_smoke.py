@@ -395,6 +395,10 @@ def test_bench_cifar_depth_places_every_depth_of_the_finished_runs(tmp_path):
     speed = {(p["row"], p["depth"]): p["images_per_cpu_s"] for p in points}
     assert speed["sret", 1] == speed["sret_full_depth", 1] and speed["sret", 2] == speed["sret_full_depth", 2]
     assert speed["sret", 1] != speed["sret", 2]
+    # the median lies within the range of the turns, both given in the table
+    assert all(p["images_per_cpu_s_range"][0] <= p["images_per_cpu_s"] <= p["images_per_cpu_s_range"][1]
+               for p in points)
+    assert "median (range) of 3" in out and "-" in rows(out, "baseline")[0].split("|")[4]
     assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
     # on a machine without the run folders, the runs the results file records are drawn
     out = run_script("bench_cifar_depth", str(path), "--data", str(data), "--output", str(tmp_path / "elsewhere"),
