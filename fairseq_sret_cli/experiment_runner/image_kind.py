@@ -46,7 +46,8 @@ class ImageKind:
     def train(self, deadline: Optional[float]) -> List[str]:
         return usage_errors(image_runs.run_image_experiment, self.experiment, self.data, self.output,
                             jobs=self.args.jobs, rows=self.args.rows, seeds=self.args.seeds,
-                            on_run_done=self.report, recorded=self.recorded, deadline=deadline)
+                            on_run_done=self.report, recorded=self.recorded, deadline=deadline,
+                            progress_interval=self.args.progress_interval)
 
     def report(self) -> Dict[str, Path]:
         """Under the results file's lock, with the runs another runner (another --output) recorded

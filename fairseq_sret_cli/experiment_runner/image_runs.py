@@ -31,8 +31,10 @@ and is listed, with why, below the table. Row ids and the experiment's name are 
 
 import json
 import shlex
+import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Dict, List, Optional, Sequence
@@ -259,13 +261,14 @@ class RecordedRuns:
 
 def run_image_experiment(experiment: ImageExperiment, data: str, output: Path, jobs: int = 1,
                          rows=None, seeds=None, on_run_done=None, recorded: Optional[RecordedRuns] = None,
-                         deadline: Optional[float] = None) -> List[str]:
+                         deadline: Optional[float] = None, progress_interval: float = 60.0) -> List[str]:
     """Train every run not yet done (in its folder, or among the ``recorded`` runs), ``jobs`` at
     a time; returns the runs that failed. Arguments the training command would refuse are an
     ExperimentError before any run starts. ``deadline`` (a ``time.time()`` value): no run starts
-    after it, and trainings still going then are stopped (they resume from their last epoch)."""
+    after it, and trainings still going then are stopped (they resume from their last epoch).
+    Every ``progress_interval`` seconds (0: never) a line says how each training goes."""
     check = recorded.check if recorded is not None else DataCheck(data)
-    scheduler = ImageScheduler(experiment, data, output, jobs, check, on_run_done, deadline)
+    scheduler = ImageScheduler(experiment, data, output, jobs, check, on_run_done, deadline, progress_interval)
     scheduler.pending = _pending_runs(experiment, data, output, rows, seeds, recorded, check)
     scheduler.schedule()
     return scheduler.failed
@@ -303,16 +306,38 @@ class ImageTraining:
     log_file: IO[str]
     folder: Path
     command: List[str]
+    epochs: int  #: the run's --epochs
+
+
+def progress_line(training: ImageTraining) -> str:
+    """How ``training`` goes, from its ``log.jsonl``: its last epoch, validation top-1, CPU
+    seconds an epoch (the median of its last 5) and the CPU time its remaining epochs take at
+    that pace."""
+    history = _history(training.folder)
+    if not history:
+        return f"{training.name}: no epoch of {training.epochs} finished yet"
+    last = history[-1]
+    cumulative = [h["cpu_seconds"] for h in history if isinstance(h.get("cpu_seconds"), (int, float))]
+    text = f"{training.name}: epoch {last['epoch'] + 1}/{training.epochs}"
+    if "val_acc1" in last:
+        text += f", validation top-1 {last['val_acc1']:.2f}%"
+    per_epoch = [b - a for a, b in zip([0.0] + cumulative, cumulative)][-5:]
+    if per_epoch:
+        pace = statistics.median(per_epoch)
+        left = max(training.epochs - last["epoch"] - 1, 0) * pace / 3600
+        text += f", {pace:.0f} CPU s an epoch, about {left:.1f} CPU-hours left"
+    return text
 
 
 class ImageScheduler(ProcessScheduler[tuple, ImageTraining]):
     """Trains the pending image runs ``jobs`` at a time (:func:`run_image_experiment`)."""
 
     def __init__(self, experiment: ImageExperiment, data: str, output: Path, jobs: int, check: "DataCheck",
-                 on_run_done=None, deadline: Optional[float] = None):
+                 on_run_done=None, deadline: Optional[float] = None, progress_interval: float = 60.0):
         super().__init__(jobs, deadline)
         self.experiment, self.data, self.output, self.check = experiment, data, output, check
-        self.on_run_done = on_run_done
+        self.on_run_done, self.progress_interval = on_run_done, progress_interval
+        self.last_progress = time.time()
         self.failed: List[str] = []
 
     def start_next(self) -> bool:
@@ -323,10 +348,20 @@ class ImageScheduler(ProcessScheduler[tuple, ImageTraining]):
         log_file.write(f"$ {' '.join(shlex.quote(c) for c in command)}\n")
         log_file.flush()
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-        self.running.append(ImageTraining(f"{row.id}/seed{seed}", process, log_file, folder, command))
+        from ..train_cifar import settings_for
+
+        epochs = settings_for(command[3:])["epochs"]
+        self.running.append(ImageTraining(f"{row.id}/seed{seed}", process, log_file, folder, command, epochs))
         _log(f"{row.id}/seed{seed}: training ({'resumed' if '--resume' in command else 'started'}),"
              f" log {folder / 'train.log'}")
         return True
+
+    def watch(self) -> None:
+        """Every ``progress_interval`` seconds, a :func:`progress_line` for each training."""
+        if self.progress_interval and time.time() - self.last_progress >= self.progress_interval:
+            self.last_progress = time.time()
+            for training in self.running:
+                _log(progress_line(training))
 
     def reap_ended(self) -> None:
         for training in list(self.running):

@@ -275,3 +275,30 @@ def test_the_committed_cifar10_experiments_name_models_and_options_the_training_
     for row in experiment.rows:
         assert row.model in list_models(), row.id
         check_command(["--data-dir", "data", "--model", row.model, *experiment.args, *row.args, "--output", "run"])
+
+
+def test_the_progress_line_gives_the_last_epoch_and_the_cpu_time_left(tmp_path):
+    from types import SimpleNamespace
+
+    from fairseq_sret_cli.experiment_runner.image_runs import ImageTraining, progress_line
+
+    training = ImageTraining("cct_2/seed1", process=None, log_file=None, folder=tmp_path, command=[], epochs=10)
+    assert progress_line(training) == "cct_2/seed1: no epoch of 10 finished yet"
+    # cumulative CPU seconds: epochs of 100, 120 and 110 s; the pace is their median
+    history = [{"epoch": e, "val_acc1": v, "cpu_seconds": c} for e, v, c in ((0, 30.0, 100.0), (1, 41.5, 220.0),
+                                                                          (2, 47.25, 330.0))]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    assert progress_line(training) == ("cct_2/seed1: epoch 3/10, validation top-1 47.25%, 110 CPU s an epoch,"
+                                       " about 0.2 CPU-hours left")
+
+
+def test_the_runner_says_how_each_image_training_goes_every_progress_interval(tmp_path, images, capsys):
+    path = experiment_file(tmp_path, [{"id": "baseline", "model": "sret_cifar_baseline"}],
+                           args=FAST.replace("--epochs 1", "--epochs 3"))
+    assert experiments.main([str(path), "--data", str(images), "--output", str(tmp_path / "runs"),
+                             "--results", str(tmp_path / "results"), "--progress-interval", "0.01"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[experiments] baseline/seed1: ")]
+    assert any("/3, validation top-1 " in line and "CPU-hours left" in line for line in lines), lines
+    assert experiments.main([str(path), "--data", str(images), "--output", str(tmp_path / "quiet"),
+                             "--results", str(tmp_path / "results2"), "--progress-interval", "0"]) == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if "CPU-hours left" in line]
