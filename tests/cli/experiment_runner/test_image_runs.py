@@ -278,8 +278,6 @@ def test_the_committed_cifar10_experiments_name_models_and_options_the_training_
 
 
 def test_the_progress_line_gives_the_last_epoch_and_the_cpu_time_left(tmp_path):
-    from types import SimpleNamespace
-
     from fairseq_sret_cli.experiment_runner.image_runs import ImageTraining, progress_line
 
     training = ImageTraining("cct_2/seed1", process=None, log_file=None, folder=tmp_path, command=[], epochs=10)
