@@ -34,7 +34,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Dict, List, Optional, Sequence
@@ -43,7 +42,7 @@ from .. import UserError
 from .experiment_file import ExperimentError, plain_name, select_rows
 from .records import ImageRunRecord
 from .report import done_runs
-from .scheduler import ProcessScheduler
+from .scheduler import ProcessScheduler, log
 
 #: options the runner sets for each run: a row may not give them
 RUNNER_OPTIONS = ("--data-dir", "--output", "--seed", "--resume", "--force", "--no-save", "--model")
@@ -179,10 +178,6 @@ def _settings_difference(result: dict, command: Sequence[str]) -> Optional[str]:
     return f"other settings ({describe_difference(recorded, now)})"
 
 
-def _log(message: str) -> None:
-    print(f"[experiments] {message}", file=sys.stderr, flush=True)
-
-
 class DataCheck:
     """Whether a result was computed on ``data``: its recorded fingerprints against those of
     ``data`` (:func:`fairseq_sret_cli.fingerprints.data_difference`), computed once per split
@@ -255,7 +250,7 @@ class RecordedRuns:
         """The recorded run's record (``result`` and ``history``), or None."""
         why = self.why_not(row, seed, command)
         if why:
-            _log(f"{row.id}/seed{seed}: {self.source} records it, but {why}; it is trained again")
+            log(f"{row.id}/seed{seed}: {self.source} records it, but {why}; it is trained again")
         return self.record(row, seed) if why is None else None
 
 
@@ -284,10 +279,10 @@ def _pending_runs(experiment: ImageExperiment, data: str, output: Path, rows, se
         folder = run_folder(output, row, seed)
         command = train_command(experiment, row, seed, data, folder)
         if read_result(folder, command, check) is not None:
-            _log(f"{row.id}/seed{seed}: done already ({folder / 'result.json'})")
+            log(f"{row.id}/seed{seed}: done already ({folder / 'result.json'})")
             continue
         if recorded is not None and recorded.done(row, seed, command) is not None:
-            _log(f"{row.id}/seed{seed}: done already (recorded in {recorded.source})")
+            log(f"{row.id}/seed{seed}: done already (recorded in {recorded.source})")
             continue
         try:
             check_command(command[3:])
@@ -334,10 +329,9 @@ class ImageScheduler(ProcessScheduler[tuple, ImageTraining]):
 
     def __init__(self, experiment: ImageExperiment, data: str, output: Path, jobs: int, check: "DataCheck",
                  on_run_done=None, deadline: Optional[float] = None, progress_interval: float = 60.0):
-        super().__init__(jobs, deadline)
+        super().__init__(jobs, deadline, progress_interval)
         self.experiment, self.data, self.output, self.check = experiment, data, output, check
-        self.on_run_done, self.progress_interval = on_run_done, progress_interval
-        self.last_progress = time.time()
+        self.on_run_done = on_run_done
         self.failed: List[str] = []
 
     def start_next(self) -> bool:
@@ -352,16 +346,12 @@ class ImageScheduler(ProcessScheduler[tuple, ImageTraining]):
 
         epochs = settings_for(command[3:])["epochs"]
         self.running.append(ImageTraining(f"{row.id}/seed{seed}", process, log_file, folder, command, epochs))
-        _log(f"{row.id}/seed{seed}: training ({'resumed' if '--resume' in command else 'started'}),"
+        log(f"{row.id}/seed{seed}: training ({'resumed' if '--resume' in command else 'started'}),"
              f" log {folder / 'train.log'}")
         return True
 
-    def watch(self) -> None:
-        """Every ``progress_interval`` seconds, a :func:`progress_line` for each training."""
-        if self.progress_interval and time.time() - self.last_progress >= self.progress_interval:
-            self.last_progress = time.time()
-            for training in self.running:
-                _log(progress_line(training))
+    def progress_lines(self) -> List[str]:
+        return [progress_line(training) for training in self.running]
 
     def reap_ended(self) -> None:
         for training in list(self.running):
@@ -371,12 +361,12 @@ class ImageScheduler(ProcessScheduler[tuple, ImageTraining]):
             self.running.remove(training)
             if training.process.returncode == 0 and read_result(training.folder, training.command,
                                                                 self.check) is not None:
-                _log(f"{training.name}: done")
+                log(f"{training.name}: done")
                 if self.on_run_done:
                     self.on_run_done()
             else:
                 self.failed.append(training.name)
-                _log(f"{training.name}: failed (exit {training.process.returncode}); see"
+                log(f"{training.name}: failed (exit {training.process.returncode}); see"
                      f" {training.folder / 'train.log'}")
 
     def stop_running(self) -> None:
@@ -389,7 +379,7 @@ class ImageScheduler(ProcessScheduler[tuple, ImageTraining]):
 
     def at_deadline(self) -> None:
         unfinished = [f"{row.id}/seed{seed}" for row, seed, _ in self.pending] + [t.name for t in self.running]
-        _log(f"time limit reached: {len(unfinished)} runs not finished ({', '.join(unfinished)});"
+        log(f"time limit reached: {len(unfinished)} runs not finished ({', '.join(unfinished)});"
              " the same command resumes them")
         self.stop_running()
 

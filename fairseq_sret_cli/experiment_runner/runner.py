@@ -98,20 +98,18 @@ class Scheduler(ProcessScheduler[Run, Training]):
                  on_run_done: Optional[Callable[[Run, TranslationRunRecord], None]] = None,
                  known: Optional[Dict[str, TranslationRunRecord]] = None, deadline: Optional[float] = None,
                  force: bool = False):
-        super().__init__(jobs, deadline)
+        super().__init__(jobs, deadline, progress_interval)
         self.experiment, self.data, self.output = experiment, data, Path(output)
         self.cpu, self.max_update, self.max_epoch = cpu, max_update, max_epoch
-        self.progress_interval, self.on_run_done, self.known = progress_interval, on_run_done, known
+        self.on_run_done, self.known = on_run_done, known
         self.force = force
         self.env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
         self.failures: List[str] = []  # runs whose training, uptraining or evaluation failed
         self.stopped: List[str] = []  # runs left unfinished at the deadline
-        self.last_progress = 0.0
 
     def run(self) -> List[TranslationRunRecord]:
         self.pending = self._pending_runs()
         self._check_run_folders()
-        self.last_progress = time.time()
         self.schedule()
         if self.failures:
             why = ("the log above says why: a run started over with --force has its earlier files back, so"
@@ -229,16 +227,15 @@ class Scheduler(ProcessScheduler[Run, Training]):
 
     # ------------------------------------------------------------ watching
     def watch(self) -> None:
-        """Sample the CPU traces, stop the trainings that met ``--patience``, and every
-        ``progress_interval`` seconds say how each training goes."""
+        """Sample the CPU traces and stop the trainings that met ``--patience``."""
         for training in self.running:
             if training.trace is not None:
                 training.trace.poll(time.time())
         self._stop_the_converged(time.time())
-        if self.progress_interval and time.time() - self.last_progress >= self.progress_interval:
-            self.last_progress = time.time()
-            for training in self.running:
-                log(_progress_line(training.run, training.paths, training.started, self.experiment.schedule.patience))
+
+    def progress_lines(self) -> List[str]:
+        return [_progress_line(training.run, training.paths, training.started, self.experiment.schedule.patience)
+                for training in self.running]
 
     def _stop_the_converged(self, now: float) -> None:
         """Stop a training whose log meets --patience (a fairseq without the patience_resume

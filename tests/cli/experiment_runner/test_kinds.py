@@ -22,8 +22,8 @@ class Sleeps(ProcessScheduler):
 
     poll_seconds = 0.02
 
-    def __init__(self, seconds, jobs=1, deadline=None, interrupt_after=None):
-        super().__init__(jobs, deadline)
+    def __init__(self, seconds, jobs=1, deadline=None, interrupt_after=None, progress_interval=0.0):
+        super().__init__(jobs, deadline, progress_interval)
         self.pending = list(seconds)
         self.most_at_once, self.ended, self.stopped, self.deadline_said = 0, [], [], False
         self.interrupt_after = interrupt_after
@@ -37,6 +37,9 @@ class Sleeps(ProcessScheduler):
     def watch(self):
         if self.interrupt_after is not None and len(self.ended) >= self.interrupt_after:
             raise KeyboardInterrupt
+
+    def progress_lines(self):
+        return [f"sleeping {seconds} s" for seconds, _ in self.running]
 
     def reap_ended(self):
         for job in list(self.running):
@@ -76,6 +79,19 @@ def test_an_interrupted_scheduler_stops_its_processes_and_raises():
         scheduler.schedule()
     # the first job's slot went to the third before the interruption: both long ones are stopped
     assert scheduler.ended == [0.0] and scheduler.stopped == [30.0, 30.0] and not scheduler.running
+
+
+@pytest.mark.parametrize("interval", [0.1, 0.0])
+def test_the_scheduler_says_how_each_job_goes_every_progress_interval_and_never_with_0(interval, capsys):
+    started = time.time()
+    Sleeps([0.6, 0.6], jobs=2, progress_interval=interval).schedule()
+    took = time.time() - started
+    said = capsys.readouterr().err.splitlines()
+    if interval:
+        assert set(said) == {"[experiments] sleeping 0.6 s"} and len(said) % 2 == 0  # a line for each job
+        assert 2 <= len(said) // 2 <= took / interval
+    else:
+        assert said == []
 
 
 def _kind(*argv):
