@@ -41,7 +41,7 @@ from typing import IO, Dict, List, Optional, Sequence
 from .. import UserError
 from .experiment_file import ExperimentError, plain_name, select_rows
 from .records import ImageRunRecord
-from .report import done_runs
+from .report import done_runs, seconds_by_epoch
 from .scheduler import ProcessScheduler, log
 
 #: options the runner sets for each run: a row may not give them
@@ -312,11 +312,10 @@ def progress_line(training: ImageTraining) -> str:
     if not history:
         return f"{training.name}: no epoch of {training.epochs} finished yet"
     last = history[-1]
-    cumulative = [h["cpu_seconds"] for h in history if isinstance(h.get("cpu_seconds"), (int, float))]
     text = f"{training.name}: epoch {last['epoch'] + 1}/{training.epochs}"
     if "val_acc1" in last:
         text += f", validation top-1 {last['val_acc1']:.2f}%"
-    per_epoch = [b - a for a, b in zip([0.0] + cumulative, cumulative)][-5:]
+    per_epoch = [seconds for _, seconds in seconds_by_epoch(history)][-5:]
     if per_epoch:
         pace = statistics.median(per_epoch)
         left = max(training.epochs - last["epoch"] - 1, 0) * pace / 3600

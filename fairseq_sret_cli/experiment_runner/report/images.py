@@ -5,7 +5,7 @@ a line: model size, training CPU time, validation and test top-1 over the seeds)
 import json
 from pathlib import Path
 from statistics import mean, median, stdev
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_sret import json_text
 
@@ -49,6 +49,17 @@ def _cpu_seconds(done: Sequence[dict]) -> str:
     return "; ".join(f"{mean(seconds):,.0f} ({cpu})" for cpu, seconds in by_cpu.items())
 
 
+def seconds_by_epoch(history: Sequence[dict]) -> List[Tuple[dict, float]]:
+    """Each epoch of a ``log.jsonl`` history that records its ``cpu_seconds`` (the run's CPU
+    seconds so far, resumptions included), with the CPU seconds that epoch took."""
+    epochs, before = [], 0.0
+    for h in history:
+        if isinstance(h.get("cpu_seconds"), (int, float)):
+            epochs.append((h, h["cpu_seconds"] - before))
+            before = h["cpu_seconds"]
+    return epochs
+
+
 def epoch_cpu_seconds(record: ImageRunRecord) -> Dict[str, float]:
     """A finished run's CPU seconds per epoch, by processor: the median of its epochs on each
     (from the cumulative seconds its ``log.jsonl`` records; an epoch logged without a processor
@@ -57,14 +68,10 @@ def epoch_cpu_seconds(record: ImageRunRecord) -> Dict[str, float]:
     cpu = result.get("cpu") or ""
     single = cpu if cpu and " + " not in cpu else None
     by_cpu: Dict[str, List[float]] = {}
-    before = 0.0
-    for h in record.history:
-        if "cpu_seconds" not in h:
-            continue
+    for h, seconds in seconds_by_epoch(record.history):
         name = h.get("cpu", single)
         if name is not None:
-            by_cpu.setdefault(name, []).append(h["cpu_seconds"] - before)
-        before = h["cpu_seconds"]
+            by_cpu.setdefault(name, []).append(seconds)
     if not by_cpu and single is not None and result.get("epochs"):
         return {single: result["cpu_seconds"] / result["epochs"]}
     return {name: median(seconds) for name, seconds in by_cpu.items()}
