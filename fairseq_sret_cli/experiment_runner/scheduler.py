@@ -4,9 +4,9 @@ a deadline, and Ctrl-C or SIGTERM, each stopping the trainings so that they resu
 A kind subclasses :class:`ProcessScheduler` and says how a job starts (:meth:`start_next`), how
 a job that has ended is read (:meth:`reap_ended`), how a running one is stopped
 (:meth:`stop_running`), how a running one goes (:meth:`progress_lines`) and what it says at the
-deadline. The loop, the slots and the stopping
-are the same for every kind: a job whose process is stopped resumes when the same command runs
-again on the same output folder.
+deadline. The loop, the slots, the progress lines and the stopping are the same for every kind:
+a job whose process is stopped resumes when the same command runs again on the same output
+folder.
 """
 
 import functools
