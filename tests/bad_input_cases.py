@@ -765,9 +765,13 @@ wrong moment leaves a part of a file; the fixes are in place before the tests ra
   refused with a message instead of being replaced.
 - `sret-train-vision` saved `checkpoint_last.pt` and `checkpoint_best.pt` in place (a kill
   truncates them) and appended the epoch to `log.jsonl` before saving. Now: both files atomic,
-  best before last, the log after both, and `--resume` takes the best accuracy of
-  `checkpoint_best.pt` too (a kill between the two saves left `checkpoint_last.pt` with the
-  older best, and a worse model could then have replaced the best one).
+  best before last, and `--resume` takes the best accuracy of `checkpoint_best.pt` too (a kill
+  between the two saves left `checkpoint_last.pt` with the older best, and a worse model could
+  then have replaced the best one).
+- With the log line written after both checkpoints, a kill between `checkpoint_last.pt` and
+  the log line left a run whose last epoch was trained and never logged (a resume found
+  nothing to train). Now the log line comes before `checkpoint_last.pt`, and `--resume` drops
+  the lines of the epochs it trains again: each epoch is logged once.
 """
 
 

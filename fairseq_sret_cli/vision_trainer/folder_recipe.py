@@ -10,9 +10,10 @@ update, label smoothing or soft distillation, mixed depth and mixed precision.
 
 ``train_loader`` yields ``(images, target, index)`` (``ImageFolder(..., return_index=True)``;
 the index looks up pre-computed teacher logits). With ``output`` every epoch writes
-``checkpoint_best.pt`` (when the validation top-1 is the best so far), then
-``checkpoint_last.pt`` (also the optimizer and scaler state: ``resume`` continues from it),
-then a line of ``log.jsonl``; each file is replaced atomically.
+``checkpoint_best.pt`` (when the validation top-1 is the best so far), then a line of
+``log.jsonl``, then ``checkpoint_last.pt`` (also the optimizer and scaler state: ``resume``
+continues from it, dropping the log lines of the epochs it trains again); each file is
+replaced atomically.
 """
 
 import os
@@ -30,7 +31,7 @@ from ..fingerprints import legacy
 from .evaluation import evaluate
 from .loop import EpochTotals, Trainer, fit
 from .objectives import NO_AMP, Amp, Objective
-from .record import append_log_line, check_resumable, check_resumed_settings
+from .record import append_log_line, check_resumable, check_resumed_settings, drop_log_lines_from
 from .schedules import WarmupCosine, param_groups
 
 
@@ -136,6 +137,8 @@ class FolderRun:
         if start_epoch >= self.config.epochs:
             raise ValueError(f"{resume} has trained {start_epoch} epochs, all of the {self.config.epochs} asked for:"
                              " nothing to train (raise --epochs to train longer)")
+        if self.output:  # a kill between an epoch's log line and its checkpoint_last.pt
+            drop_log_lines_from(os.path.join(self.output, "log.jsonl"), start_epoch)
         best_file = os.path.join(os.path.dirname(resume), "checkpoint_best.pt")
         if os.path.isfile(best_file):  # saved after this checkpoint_last.pt when a kill came between
             self.best = max(self.best, load_checkpoint_file(best_file).get("best_acc1", -1.0))
@@ -197,16 +200,17 @@ class FolderRun:
                 self.on_saved()
 
     def save(self, epoch: int, stats: dict) -> None:
-        """The epoch's checkpoints and log line. Best before last and the log after both: a run
-        killed at any moment resumes from a whole checkpoint_last.pt whose best_acc1 is that of
-        checkpoint_best.pt, and logs each epoch once."""
+        """The epoch's checkpoints and log line: best, the log line, then last. A run killed at
+        any moment resumes from a whole checkpoint_last.pt whose best_acc1 is that of
+        checkpoint_best.pt, and its log holds every epoch that checkpoint has trained (the
+        resume drops the lines of later epochs: each epoch is logged once)."""
         acc, output = stats.get("val_acc1", -1.0), self.output
         if acc >= self.best:
             save_checkpoint(self.model, os.path.join(output, "checkpoint_best.pt"),
                             {**self.extra, "epoch": epoch, "best_acc1": acc})
         self.best = max(self.best, acc)
+        append_log_line(os.path.join(output, "log.jsonl"), stats)
         save_checkpoint(self.model, os.path.join(output, "checkpoint_last.pt"), {
             "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "epoch": epoch,
             "best_acc1": self.best, **self.extra, "args": self.options,
         })
-        append_log_line(os.path.join(output, "log.jsonl"), stats)

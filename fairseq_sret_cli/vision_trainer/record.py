@@ -81,6 +81,28 @@ def append_log_line(log: str, stats: dict) -> None:
         tmp.write_text(logged + json_text.dumps(stats) + "\n", encoding="utf-8")
 
 
+def drop_log_lines_from(log: str, epoch: int) -> None:
+    """Keep only the lines of the ``log.jsonl`` at ``log`` for epochs before ``epoch`` (a
+    resume trains those again and logs them anew); a line that does not read goes too. A
+    missing log stays missing."""
+    try:
+        with open(log, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return
+    kept = []
+    for line in lines:
+        try:
+            stats = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(stats, dict) and isinstance(stats.get("epoch"), int) and stats["epoch"] < epoch:
+            kept.append(line + "\n")
+    if len(kept) != len(lines):
+        with replacing(log) as tmp:
+            tmp.write_text("".join(kept), encoding="utf-8")
+
+
 def tested(output: Path) -> bool:
     """Whether the run in ``output`` has its test result (a ``result.json`` that reads: a
     damaged one, of a kill while it was written, is no result)."""

@@ -168,6 +168,31 @@ def test_train_evaluate_resume_and_distill(image_folder, tmp_path, capsys):
     assert math.isfinite(distilled["train_loss"]) and distilled["train_loss"] != plain["train_loss"]
 
 
+def test_a_kill_between_the_log_line_and_the_checkpoint_logs_each_epoch_once(image_folder, tmp_path, monkeypatch):
+    from fairseq_sret_cli.vision_trainer import folder_recipe
+
+    script = load_script()
+    out = tmp_path / "run"
+    save = folder_recipe.save_checkpoint
+
+    def killed_before_the_second_epochs_checkpoint(model, path, extra):
+        if path.endswith("checkpoint_last.pt") and extra["epoch"] == 1:
+            raise KeyboardInterrupt
+        return save(model, path, extra)
+
+    monkeypatch.setattr(folder_recipe, "save_checkpoint", killed_before_the_second_epochs_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        script.run(common(image_folder, epochs=2, output=out))
+    monkeypatch.setattr(folder_recipe, "save_checkpoint", save)
+    assert [json.loads(line)["epoch"] for line in open(out / "log.jsonl")] == [0, 1]  # logged, not saved
+    assert torch.load(out / "checkpoint_last.pt", weights_only=True)["epoch"] == 0
+
+    resumed = script.run(common(image_folder, epochs=2, output=out, resume=out / "checkpoint_last.pt"))
+    log = [json.loads(line) for line in open(out / "log.jsonl")]
+    assert [e["epoch"] for e in log] == [0, 1] and log[-1]["train_loss"] == resumed["train_loss"]
+    assert torch.load(out / "checkpoint_last.pt", weights_only=True)["epoch"] == 1
+
+
 class RunsACommand:
     """Unpickling this runs a shell command: what a hostile checkpoint file can do."""
 
