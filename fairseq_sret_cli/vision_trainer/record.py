@@ -82,9 +82,9 @@ def append_log_line(log: str, stats: dict) -> None:
 
 
 def drop_log_lines_from(log: str, epoch: int) -> None:
-    """Keep only the lines of the ``log.jsonl`` at ``log`` for epochs before ``epoch`` (a
-    resume trains those again and logs them anew); a line that does not read goes too. A
-    missing log stays missing."""
+    """Keep only the lines of the ``log.jsonl`` at ``log`` for epochs before ``epoch``: a
+    resume trains ``epoch`` and the later ones again and logs them anew. A line that does not
+    read goes too; a missing log stays missing."""
     try:
         with open(log, encoding="utf-8") as f:
             lines = f.read().splitlines()
